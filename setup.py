@@ -1,0 +1,31 @@
+"""specjax: JAX-native speculative decoding."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="specjax",
+    version="0.1.0",
+    description="JAX-native speculative decoding: exact verifiers, Llama models, decoding loop.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["specjax", "specjax.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        # jax/jaxlib 0.10.x resolve on Python 3.11; the code also runs on jax 0.11+ / Python 3.12.
+        "jax>=0.10.0",
+        "jaxlib>=0.10.0",
+        "flax>=0.12.8",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11.0",
+        "numpy>=1.26",
+        "absl-py>=2.0",
+        "ml-collections>=1.0",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8.0",
+            "scipy>=1.11",
+            "ruff>=0.6",
+        ],
+    },
+)

@@ -1,0 +1,60 @@
+"""Dimension glossary and array aliases, written down once for all of specjax.
+
+Every shape comment (``# [B, K, L, V]``), signature docstring and einsum in specjax uses these
+letters with exactly these meanings:
+
+=====  =========================================================================================
+Letter Meaning
+=====  =========================================================================================
+B      batch: independent sequences (rows) decoded or verified together.
+K      number of draft paths (multi-path / tree drafts); chain verifiers have K = 1 implicitly.
+L      draft length (gamma): draft tokens proposed per path per speculative step.
+V      vocabulary size (shared by draft and target).
+N      number of nodes of a deduplicated draft tree.
+T      sequence positions in one model call (prompt length at prefill, K * L for a draft tree).
+S      KV-cache capacity (static maximum sequence length).
+D      model width (embedding dimension).
+H      number of query heads;  G: number of key/value heads (grouped-query attention).
+E      head dimension.
+F      MLP hidden width.
+=====  =========================================================================================
+
+Conventions used with these letters:
+
+* ``q`` is the draft distribution and ``p`` the target distribution, always the *processed*
+  distributions actually sampled from (after temperature / top-k / top-p).
+* Chain verifiers take ``draft_tokens [B, L]``, ``draft_probs [B, L, V]`` (row i is the law draft
+  token i was drawn from) and ``target_probs [B, L+1, V]`` (row L is the bonus distribution).
+* Multi-path verifiers take ``draft_tokens [B, K, L]``, ``draft_probs [B, K, L, V]`` and
+  ``target_probs [B, K, L+1, V]``; paths sharing a prefix carry identical rows for it.
+* Padding draft tokens are ``-1``; ``num_draft`` (``[B]`` or ``[B, K]``) counts valid tokens.
+* tau (``num_accepted``) is the number of accepted draft tokens, 0 <= tau <= L.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import jax
+
+Array: TypeAlias = jax.Array
+"""Any JAX array; the shape is given in the docstring / comment with the letters above."""
+
+PRNGKey: TypeAlias = jax.Array
+"""A PRNG key: either a raw ``uint32[2]`` key or a typed key from ``jax.random.key``."""
+
+DIMENSIONS: dict[str, str] = {
+    "B": "batch",
+    "K": "draft paths",
+    "L": "draft length",
+    "V": "vocabulary",
+    "N": "tree nodes",
+    "T": "positions in one call",
+    "S": "cache capacity",
+    "D": "model width",
+    "H": "query heads",
+    "G": "key/value heads",
+    "E": "head dimension",
+    "F": "MLP hidden width",
+}
+"""Machine-readable copy of the glossary (used by docs and shape-checking helpers)."""

@@ -1,0 +1,179 @@
+"""Shared plumbing of the verifiers: result pytree, input checks, keys and sampling.
+
+Nothing here knows about a particular verification rule. Shapes use the glossary of
+:mod:`specjax.typing`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+
+
+class VerifyResult(NamedTuple):
+    """Outcome of one verification step (a pytree; every field is int32 ``[B]``).
+
+    Attributes:
+      num_accepted: tau, the number of accepted draft tokens ``[B]``.
+      next_token: the correction token if tau < (valid) draft length, else the bonus token ``[B]``.
+      path: index of a draft path whose first tau tokens were accepted ``[B]`` (0 for chains).
+    """
+
+    num_accepted: Array
+    next_token: Array
+    path: Array
+
+
+def compute_dtype(*arrays: Array) -> jnp.dtype:
+    """fp32 at least; fp64 when the inputs already are fp64 (x64 mode, used by exact tests)."""
+    dtype = jnp.result_type(*arrays)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.float32
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def split_key(key: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
+    """Splits a raw ``uint32[2]`` or typed key into ``num`` keys."""
+    return tuple(jax.random.split(key, num))
+
+
+def check_chain_inputs(
+    name: str,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    num_draft: Array | None,
+) -> tuple[int, int, int]:
+    """Validates chain-verifier shapes; returns (B, L, V) or raises one clear ValueError."""
+    if draft_tokens.ndim != 2:
+        raise ValueError(
+            f"{name}: draft_tokens must be [B, L], got shape {tuple(draft_tokens.shape)}; "
+            "multi-path drafts [B, K, L] go to gbv_verify / specinfer_verify / spectr_verify."
+        )
+    b, l = draft_tokens.shape
+    if draft_probs.ndim != 3 or draft_probs.shape[:2] != (b, l):
+        raise ValueError(
+            f"{name}: draft_probs must be [B, L, V] = [{b}, {l}, V] to match draft_tokens "
+            f"{tuple(draft_tokens.shape)}, got {tuple(draft_probs.shape)}."
+        )
+    v = draft_probs.shape[-1]
+    if target_probs.shape != (b, l + 1, v):
+        raise ValueError(
+            f"{name}: target_probs must be [B, L+1, V] = [{b}, {l + 1}, {v}] (draft_probs is "
+            f"{tuple(draft_probs.shape)}), got {tuple(target_probs.shape)}; a vocab mismatch "
+            "between draft and target must be fixed before verification."
+        )
+    _check_num_draft(name, num_draft, (b,), "[B]")
+    _check_integer(name, draft_tokens)
+    return b, l, v
+
+
+def check_multipath_inputs(
+    name: str,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    num_draft: Array | None,
+) -> tuple[int, int, int, int]:
+    """Validates multi-path shapes; returns (B, K, L, V) or raises one clear ValueError."""
+    if draft_tokens.ndim != 3:
+        raise ValueError(
+            f"{name}: draft_tokens must be [B, K, L], got shape {tuple(draft_tokens.shape)}; "
+            "a single chain [B, L] can be passed as [B, 1, L]."
+        )
+    b, k, l = draft_tokens.shape
+    if draft_probs.ndim != 4 or draft_probs.shape[:3] != (b, k, l):
+        raise ValueError(
+            f"{name}: draft_probs must be [B, K, L, V] = [{b}, {k}, {l}, V] to match draft_tokens "
+            f"{tuple(draft_tokens.shape)}, got {tuple(draft_probs.shape)}."
+        )
+    v = draft_probs.shape[-1]
+    if target_probs.shape != (b, k, l + 1, v):
+        raise ValueError(
+            f"{name}: target_probs must be [B, K, L+1, V] = [{b}, {k}, {l + 1}, {v}] (draft_probs "
+            f"is {tuple(draft_probs.shape)}), got {tuple(target_probs.shape)}; a vocab mismatch "
+            "between draft and target must be fixed before verification."
+        )
+    _check_num_draft(name, num_draft, (b, k), "[B, K]")
+    _check_integer(name, draft_tokens)
+    return b, k, l, v
+
+
+def _check_num_draft(name: str, num_draft: Array | None, shape: tuple[int, ...], letters: str):
+    if num_draft is not None and tuple(jnp.shape(num_draft)) != shape:
+        raise ValueError(
+            f"{name}: num_draft must be {letters} = {list(shape)}, got shape "
+            f"{tuple(jnp.shape(num_draft))}."
+        )
+
+
+def _check_integer(name: str, draft_tokens: Array):
+    if not jnp.issubdtype(draft_tokens.dtype, jnp.integer):
+        raise ValueError(
+            f"{name}: draft_tokens must be integer token ids, got {draft_tokens.dtype}."
+        )
+
+
+def valid_lengths(num_draft: Array | None, draft_tokens: Array) -> Array:
+    """Valid draft length per row (or per row and path): ``num_draft`` clipped to [0, L] and cut
+    at the first padding token (-1), since a draft ends where its padding starts.
+
+    Args:
+      num_draft: optional int ``[B]`` (chain) or ``[B, K]`` (multi-path).
+      draft_tokens: int ``[B, L]`` or ``[B, K, L]``.
+
+    Returns:
+      int32 ``draft_tokens.shape[:-1]``.
+    """
+    length = draft_tokens.shape[-1]
+    is_pad = draft_tokens < 0
+    first_pad = jnp.where(jnp.any(is_pad, axis=-1), jnp.argmax(is_pad, axis=-1), length)
+    if num_draft is None:
+        return first_pad.astype(jnp.int32)
+    n = jnp.clip(jnp.asarray(num_draft, jnp.int32), 0, length)
+    return jnp.minimum(n, first_pad).astype(jnp.int32)
+
+
+def take_token_prob(probs: Array, tokens: Array) -> Array:
+    """``probs[..., tokens]`` for tokens ``[...]`` and probs ``[..., V]``; 0 for pad (-1)."""
+    idx = jnp.clip(tokens, 0, probs.shape[-1] - 1)
+    gathered = jnp.take_along_axis(probs, idx[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return jnp.where(tokens >= 0, gathered, 0.0)
+
+
+def gather_tokens(probs: Array, tokens: Array) -> Array:
+    """``probs[b, tokens[b, k]]``: probs ``[B, V]``, tokens ``[B, K]`` -> ``[B, K]``; 0 for -1."""
+    idx = jnp.clip(tokens, 0, probs.shape[-1] - 1).astype(jnp.int32)
+    return jnp.where(tokens >= 0, jnp.take_along_axis(probs, idx, axis=-1), 0.0)
+
+
+def take_row(probs: Array, index: Array) -> Array:
+    """Row ``index [B]`` of ``probs [B, R, V]`` -> ``[B, V]``."""
+    return jnp.take_along_axis(probs, index[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+
+
+def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
+    """Samples one token per row from unnormalised ``weights [B, V]`` (Gumbel-max).
+
+    Rows whose weights have no positive mass (a residual that is empty up to float drift) are
+    sampled from ``fallback [B, V]`` instead, so the result is never NaN or an arbitrary id.
+
+    Returns:
+      int32 ``[B]`` token ids, always with positive weight (or positive fallback weight).
+    """
+    weights = jnp.maximum(weights, 0.0)
+    empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0  # [B, 1]
+    weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
+    logits = jnp.where(weights > 0.0, jnp.log(jnp.where(weights > 0.0, weights, 1.0)), -jnp.inf)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def normalize(weights: Array, fallback: Array) -> Array:
+    """``weights / sum(weights)`` along V, or ``fallback`` where the sum is not positive."""
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    safe = jnp.where(total > 0.0, total, 1.0)
+    return jnp.where(total > 0.0, weights / safe, fallback)

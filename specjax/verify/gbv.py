@@ -1,0 +1,162 @@
+"""Greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961; ALGORITHMS.md §6).
+
+GBV selects the lexicographic maximum of the K i.i.d. draft paths under one total order of the
+tokens at every node (key kappa = p/q unclipped, ties to the larger token index), replaces the
+draft law along the selected path by the law of that maximum (the *skewed* draft q_skew), and
+runs block verification on the selected path with q_skew.
+
+Numerics: with r = A / qj (the probability mass of single paths strictly below the current node,
+relative to the node's own path probability), the skewed law is
+``q_skew(x) ∝ a^K - b^K`` with ``a = (r + cdf(x)) / (r + 1)``, ``b = a - q(x) / (r + 1)``, all in
+[0, 1]; the difference is evaluated as ``(a - b) * sum_i a^i b^(K-1-i)`` (no cancellation, no
+overflow for any K).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+from specjax.verify.block import block_verify_rows
+from specjax.verify.common import (
+    VerifyResult,
+    check_multipath_inputs,
+    compute_dtype,
+    gather_tokens,
+    normalize,
+    valid_lengths,
+)
+from specjax.verify.tree_walk import first_true, take_path_row
+
+R_MAX = 1e30
+"""Cap on r = A / qj (r -> inf means the skew has vanished: q_skew -> q)."""
+
+
+def ranking_key(p: Array, q: Array) -> Array:
+    """kappa = p / q, unclipped; +inf where q = 0 < p; 0 where p = q = 0 (never NaN)."""
+    safe_q = jnp.where(q > 0.0, q, 1.0)
+    return jnp.where(q > 0.0, p / safe_q, jnp.where(p > 0.0, jnp.inf, 0.0))
+
+
+def mass_below(kappa: Array, q: Array, tokens: Array) -> Array:
+    """Draft mass of the tokens ranked strictly below ``tokens [B]`` in the (kappa, index) order.
+
+    Args:
+      kappa: ``[B, V]`` ranking keys.
+      q: ``[B, V]`` draft probabilities.
+      tokens: int ``[B]``.
+
+    Returns:
+      ``[B]``.
+    """
+    vocab = jnp.arange(q.shape[-1])[None, :]
+    t = jnp.maximum(tokens, 0)[:, None]
+    k_t = jnp.take_along_axis(kappa, t, axis=-1)  # [B, 1]
+    below = (kappa < k_t) | ((kappa == k_t) & (vocab < t))  # [B, V]
+    return jnp.sum(jnp.where(below, q, 0.0), axis=-1)
+
+
+def skewed_draft(p: Array, q: Array, r: Array, num_paths: int) -> Array:
+    """Law of the next token of the maximum of K i.i.d. paths given that it passes the node.
+
+    Args:
+      p: ``[B, V]`` target distribution at the node.
+      q: ``[B, V]`` draft distribution at the node.
+      r: ``[B]`` A / qj for the node (0 at the root).
+      num_paths: K.
+
+    Returns:
+      ``[B, V]`` q_skew, normalised (falls back to q if it has no mass).
+    """
+    kappa = ranking_key(p, q)
+    order = jnp.argsort(kappa, axis=-1, stable=True)  # ascending; ties: smaller index first
+    q_sorted = jnp.take_along_axis(q, order, axis=-1)  # [B, V]
+    cdf = jnp.cumsum(q_sorted, axis=-1)  # inclusive
+    scale = 1.0 / (r[:, None] + 1.0)
+    a = jnp.clip((r[:, None] + cdf) * scale, 0.0, 1.0)
+    b = jnp.clip(a - q_sorted * scale, 0.0, 1.0)
+    geometric = sum(a**i * b ** (num_paths - 1 - i) for i in range(num_paths))
+    skew_sorted = q_sorted * scale * geometric  # (a - b) * sum_i a^i b^(K-1-i)
+    rows = jnp.arange(q.shape[0])[:, None]
+    skew = jnp.zeros_like(q).at[rows, order].set(skew_sorted)
+    return normalize(skew, q)
+
+
+def gbv_select(
+    draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array
+) -> tuple[Array, Array, Array]:
+    """The greedy path selection and the skewed draft rows along the selected path.
+
+    Args:
+      draft_tokens: int ``[B, K, L]``.
+      draft_probs: ``[B, K, L, V]`` float.
+      target_probs: ``[B, K, L+1, V]`` float.
+      n: int32 ``[B, K]`` valid length per path.
+
+    Returns:
+      ``(path [B], length [B], q_skew [B, L, V])``: the selected path (smallest index among equal
+      paths), its valid length, and the skewed draft rows (rows past ``length`` are unused).
+      For K = 1 the rows are the draft rows themselves.
+    """
+    b, k, l = draft_tokens.shape
+    alive = jnp.ones((b, k), bool)
+    length = jnp.zeros((b,), jnp.int32)
+    r = jnp.zeros((b,), draft_probs.dtype)
+    skew_rows = []
+    for d in range(l):
+        rep = first_true(alive)
+        p_d = take_path_row(target_probs, rep, d)  # [B, V]
+        q_d = take_path_row(draft_probs, rep, d)  # [B, V]
+        tokens_d = draft_tokens[:, :, d]  # [B, K]
+        candidates = alive & (d < n) & (tokens_d >= 0)
+        has_child = jnp.any(candidates, axis=-1)
+        kappa_c = ranking_key(gather_tokens(p_d, tokens_d), gather_tokens(q_d, tokens_d))
+        kappa_c = jnp.where(candidates, kappa_c, -jnp.inf)  # [B, K]
+        best_kappa = jnp.max(kappa_c, axis=-1, keepdims=True)
+        ties = candidates & (kappa_c == best_kappa)
+        chosen = jnp.max(jnp.where(ties, tokens_d, -1), axis=-1)  # larger index wins ties
+        skew_rows.append(q_d if k == 1 else skewed_draft(p_d, q_d, r, k))
+        q_chosen = gather_tokens(q_d, chosen[:, None])[:, 0]
+        below = mass_below(ranking_key(p_d, q_d), q_d, chosen)
+        r_next = jnp.where(
+            q_chosen > 0.0, (r + below) / jnp.where(q_chosen > 0.0, q_chosen, 1.0), R_MAX
+        )
+        r = jnp.where(has_child, jnp.minimum(r_next, R_MAX), r)
+        alive = jnp.where(has_child[:, None], candidates & (tokens_d == chosen[:, None]), alive)
+        length = length + has_child.astype(jnp.int32)
+    return first_true(alive), length, jnp.stack(skew_rows, axis=1)
+
+
+def gbv_verify(
+    key: PRNGKey,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    *,
+    num_draft: Array | None = None,
+) -> VerifyResult:
+    """Greedy multi-path block verification over K i.i.d. draft paths.
+
+    Args:
+      key: PRNG key (raw ``uint32[2]`` or typed).
+      draft_tokens: int ``[B, K, L]`` i.i.d. draft paths (-1 = padding).
+      draft_probs: ``[B, K, L, V]``; paths sharing a prefix carry identical rows for it.
+      target_probs: ``[B, K, L+1, V]``; row (k, L) is the bonus distribution after path k.
+      num_draft: optional int ``[B, K]`` valid tokens per path.
+
+    Returns:
+      VerifyResult, each int32 ``[B]``; ``path`` is the selected path. K = 1 is exactly
+      :func:`block_verify`, bit for bit.
+    """
+    check_multipath_inputs("gbv_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    l = draft_tokens.shape[-1]
+    dtype = compute_dtype(draft_probs, target_probs)
+    draft_probs = draft_probs.astype(dtype)
+    target_probs = target_probs.astype(dtype)
+    n = valid_lengths(num_draft, draft_tokens)
+    path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
+    tokens = jnp.take_along_axis(draft_tokens, path[:, None, None], axis=1)[:, 0]  # [B, L]
+    tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], tokens, -1)
+    p_rows = jnp.take_along_axis(target_probs, path[:, None, None, None], axis=1)[:, 0]
+    result = block_verify_rows(key, tokens, q_skew, p_rows, length)
+    return result._replace(path=path)

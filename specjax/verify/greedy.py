@@ -1,0 +1,42 @@
+"""Greedy (temperature-0) chain verification (ALGORITHMS.md §2)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+from specjax.verify.common import VerifyResult, check_chain_inputs, valid_lengths
+
+
+def greedy_verify(
+    key: PRNGKey,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    *,
+    num_draft: Array | None = None,
+) -> VerifyResult:
+    """Accepts the longest draft prefix that matches the target's argmax, then emits its argmax.
+
+    Args:
+      key: unused (the rule is deterministic); accepted for a uniform verifier signature.
+      draft_tokens: int ``[B, L]`` drafted tokens (-1 = padding, never accepted).
+      draft_probs: ``[B, L, V]`` draft distributions (only their shape is used).
+      target_probs: ``[B, L+1, V]`` target distributions; row L is the bonus distribution.
+      num_draft: optional int ``[B]`` valid draft tokens per row.
+
+    Returns:
+      VerifyResult with ``num_accepted`` tau ``[B]``, ``next_token`` = argmax of target row tau
+      ``[B]`` and ``path`` = 0 ``[B]``. Ties in the argmax go to the first maximal index, exactly
+      as ``jnp.argmax`` in the autoregressive baseline.
+    """
+    del key
+    b, l, _ = check_chain_inputs(
+        "greedy_verify", draft_tokens, draft_probs, target_probs, num_draft
+    )
+    n = valid_lengths(num_draft, draft_tokens)  # [B]
+    argmax = jnp.argmax(target_probs, axis=-1).astype(jnp.int32)  # [B, L+1]
+    match = (draft_tokens == argmax[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
+    tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+    next_token = jnp.take_along_axis(argmax, tau[:, None], axis=-1)[:, 0]
+    return VerifyResult(tau, next_token, jnp.zeros((b,), jnp.int32))

@@ -1,0 +1,89 @@
+"""Standard token-level speculative sampling (Leviathan et al.; ALGORITHMS.md §1)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+from specjax.verify.common import (
+    VerifyResult,
+    check_chain_inputs,
+    compute_dtype,
+    sample_weights,
+    split_key,
+    take_row,
+    take_token_prob,
+    valid_lengths,
+)
+
+
+def chain_correction(
+    key: PRNGKey,
+    tau: Array,
+    n: Array,
+    weight: Array,
+    draft_probs: Array,
+    target_probs: Array,
+) -> Array:
+    """The token emitted after tau accepted draft tokens of a chain.
+
+    If tau < n it is drawn from ``normalize(max(weight * p_tau - q_tau, 0))`` (rows tau of
+    ``target_probs`` and ``draft_probs``; ``weight`` = 1 for token verification, w_tau for block
+    verification); if tau == n it is drawn from the target row n (the bonus). A residual with no
+    mass (only possible through float drift) falls back to the target row.
+
+    Args:
+      key: PRNG key for the draw.
+      tau: int32 ``[B]`` accepted tokens.
+      n: int32 ``[B]`` valid draft length per row.
+      weight: ``[B]`` scale of the target distribution in the residual.
+      draft_probs: ``[B, L, V]``.
+      target_probs: ``[B, L+1, V]``.
+
+    Returns:
+      int32 ``[B]`` tokens.
+    """
+    l = draft_probs.shape[1]
+    p_row = take_row(target_probs, tau)  # [B, V]
+    q_row = take_row(draft_probs, jnp.minimum(tau, l - 1))  # [B, V]
+    residual = jnp.maximum(weight[:, None] * p_row - q_row, 0.0)  # [B, V]
+    weights = jnp.where((tau < n)[:, None], residual, p_row)
+    return sample_weights(key, weights, p_row)
+
+
+def token_verify(
+    key: PRNGKey,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    *,
+    num_draft: Array | None = None,
+) -> VerifyResult:
+    """Token verification: accept x_i w.p. min(1, p_i(x_i)/q_i(x_i)) until the first rejection.
+
+    Args:
+      key: PRNG key (raw ``uint32[2]`` or typed).
+      draft_tokens: int ``[B, L]`` drafted tokens (-1 = padding, never accepted).
+      draft_probs: ``[B, L, V]``; row i is the law draft token i was sampled from.
+      target_probs: ``[B, L+1, V]``; row L is the bonus distribution.
+      num_draft: optional int ``[B]`` valid draft tokens per row.
+
+    Returns:
+      VerifyResult (``num_accepted``, ``next_token``, ``path`` = 0), each int32 ``[B]``.
+    """
+    b, l, _ = check_chain_inputs("token_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    dtype = compute_dtype(draft_probs, target_probs)
+    draft_probs = draft_probs.astype(dtype)
+    target_probs = target_probs.astype(dtype)
+    n = valid_lengths(num_draft, draft_tokens)  # [B]
+    key_u, key_y = split_key(key, 2)
+    u = jax.random.uniform(key_u, (b, l), dtype)  # [B, L]
+    p_x = take_token_prob(target_probs[:, :l], draft_tokens)  # [B, L]
+    q_x = take_token_prob(draft_probs, draft_tokens)  # [B, L]
+    valid = (jnp.arange(l)[None, :] < n[:, None]) & (draft_tokens >= 0)
+    accept = (u * q_x < p_x) & valid  # [B, L]; q = 0 < p accepts, p = 0 rejects
+    tau = jnp.sum(jnp.cumprod(accept.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+    one = jnp.ones((b,), dtype)
+    next_token = chain_correction(key_y, tau, n, one, draft_probs, target_probs)
+    return VerifyResult(tau, next_token, jnp.zeros((b,), jnp.int32))

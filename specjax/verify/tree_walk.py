@@ -1,0 +1,83 @@
+"""The multi-path tree walk shared by SpecInfer and SpecTr (ALGORITHMS.md §4.2–§4.4, §0.5).
+
+Paths are path-major ``[B, K, L]``; the paths alive at depth d are those whose first d tokens
+equal the accepted prefix, so they all sit at the same tree node and carry identical
+distribution rows. At each depth a *node rule* decides, from the candidates' tokens, whether one
+of them is accepted (the walk then descends into it) or a residual token is emitted (the walk
+stops there: a residual draw is the correction token and is never matched against children).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+from specjax.verify.common import VerifyResult, sample_weights, split_key, take_row
+
+NodeRule = Callable[[Array, Array, Array, Array, Array], tuple[Array, Array, Array]]
+"""``rule(p [B, V], q [B, V], tokens [B, K], candidates [B, K], u [B, K])`` ->
+``(accepted [B] bool, accepted_token [B] int32, residual [B, V] unnormalised weights)``."""
+
+
+def first_true(mask: Array) -> Array:
+    """Index of the first True along the last axis (0 if none). int32 ``[...]``."""
+    return jnp.argmax(mask, axis=-1).astype(jnp.int32)
+
+
+def take_path_row(probs: Array, path: Array, depth: int) -> Array:
+    """``probs[b, path[b], depth]`` for ``probs [B, K, R, V]`` -> ``[B, V]``."""
+    return take_row(probs[:, :, depth], path)
+
+
+def tree_walk(
+    key: PRNGKey,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    n: Array,
+    rule: NodeRule,
+) -> VerifyResult:
+    """Walks the draft tree depth by depth with ``rule`` deciding at each node.
+
+    Args:
+      key: PRNG key.
+      draft_tokens: int ``[B, K, L]``.
+      draft_probs: ``[B, K, L, V]`` float (already in the compute dtype).
+      target_probs: ``[B, K, L+1, V]``.
+      n: int32 ``[B, K]`` valid draft length per path.
+      rule: the per-node acceptance rule (see :data:`NodeRule`).
+
+    Returns:
+      VerifyResult; ``path`` is the smallest index among the paths alive when the walk stops.
+    """
+    b, k, l = draft_tokens.shape
+    key_u, key_y = split_key(key, 2)
+    u = jax.random.uniform(key_u, (b, l, k), draft_probs.dtype)  # [B, L, K]
+    alive = jnp.ones((b, k), bool)  # [B, K]
+    done = jnp.zeros((b,), bool)  # [B] walk stopped on a residual draw
+    tau = jnp.zeros((b,), jnp.int32)
+    weights = jnp.zeros(draft_probs.shape[:1] + draft_probs.shape[-1:], draft_probs.dtype)
+    fallback = weights  # [B, V] the node's target row, used if the residual is empty
+    for d in range(l):
+        rep = first_true(alive)  # [B] any alive path: all share the node's rows
+        p_d = take_path_row(target_probs, rep, d)  # [B, V]
+        q_d = take_path_row(draft_probs, rep, d)  # [B, V]
+        tokens_d = draft_tokens[:, :, d]  # [B, K]
+        candidates = alive & (d < n) & (tokens_d >= 0) & ~done[:, None]
+        accepted, token, residual = rule(p_d, q_d, tokens_d, candidates, u[:, d])
+        accepted = accepted & ~done
+        stop = ~done & ~accepted
+        weights = jnp.where(stop[:, None], residual, weights)
+        fallback = jnp.where(stop[:, None], p_d, fallback)
+        alive = jnp.where(accepted[:, None], candidates & (tokens_d == token[:, None]), alive)
+        tau = jnp.where(accepted, d + 1, tau)
+        done = done | stop
+    path = first_true(alive)
+    bonus = take_path_row(target_probs, path, l)  # [B, V]
+    weights = jnp.where(done[:, None], weights, bonus)
+    fallback = jnp.where(done[:, None], fallback, bonus)
+    next_token = sample_weights(key_y, weights, fallback)
+    return VerifyResult(tau, next_token, path)

@@ -15,7 +15,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from specjax import verify
 from specjax.verify import synthetic
@@ -30,6 +30,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # no backend-probing chatter
     family = dataclasses.replace(
         synthetic.FAMILIES[_FAMILY.value], vocab_size=_VOCAB.value, seed=_SEED.value
     )

@@ -1,0 +1,204 @@
+"""The Llama decoder in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied
+output head, with an explicit KV cache and tree attention.
+
+One call scores T new tokens of every row at arbitrary ``positions [B, T]``: their keys and values
+are appended after the row's committed cache entries, and each new token attends to all committed
+entries plus the new tokens allowed by ``attn_mask [B, T, T]`` (causal by default). A whole draft
+tree (K paths x L tokens) is scored in one call by passing the tree's ancestor mask and node
+depths as positions.
+
+Parameters carry logical axis names (metadata ``logical_axes``) used by the sharding rules.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.models.cache import KVCache
+from specjax.models.config import LlamaConfig
+from specjax.models.rope import apply_rope
+from specjax.typing import Array
+
+
+def _param(rngs: nnx.Rngs, shape, axes, config: LlamaConfig, scale: float | None = None):
+    """A normal(0, scale)-initialised parameter (default 1/sqrt(fan-in)) with logical axes."""
+    fan_in = shape[0]
+    std = scale if scale is not None else fan_in**-0.5
+    value = std * jax.random.normal(rngs.params(), shape, jnp.float32)
+    return nnx.Param(value.astype(config.weight_dtype), logical_axes=axes)
+
+
+class RMSNorm(nnx.Module):
+    """``x / rms(x) * scale``, computed in fp32."""
+
+    def __init__(self, config: LlamaConfig):
+        self.eps = config.norm_eps
+        self.scale = nnx.Param(
+            jnp.ones((config.dim,), config.weight_dtype), logical_axes=("embed",)
+        )
+
+    def __call__(self, x: Array) -> Array:  # [B, T, D]
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query attention over the KV cache with an arbitrary mask among new tokens."""
+
+    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+        c = config
+        d, h, g, e = c.dim, c.num_heads, c.num_kv_heads, c.head_dim
+        self.config = c
+        self.wq = _param(rngs, (d, h, e), ("embed", "heads", "head_dim"), c)
+        self.wk = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
+        self.wv = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
+        self.wo = _param(rngs, (h, e, d), ("heads", "head_dim", "embed"), c, (h * e) ** -0.5)
+
+    def __call__(
+        self,
+        x: Array,  # [B, T, D]
+        positions: Array,  # [B, T]
+        cache_k: Array,  # [B, S, G, E] this layer's cache
+        cache_v: Array,
+        lengths: Array,  # [B] committed entries before this call
+        allowed: Array,  # [B, T, S] bool: which slots each new token attends to
+    ) -> tuple[Array, Array, Array]:
+        c = self.config
+        dtype = c.compute_dtype
+        x = x.astype(dtype)
+        q = jnp.einsum("btd,dhe->bthe", x, self.wq[...].astype(dtype))
+        k = jnp.einsum("btd,dge->btge", x, self.wk[...].astype(dtype))
+        v = jnp.einsum("btd,dge->btge", x, self.wv[...].astype(dtype))
+        q = apply_rope(q, positions, c)
+        k = apply_rope(k, positions, c)
+        b, t = positions.shape
+        rows = jnp.arange(b)[:, None]
+        slots = lengths[:, None] + jnp.arange(t)[None, :]  # [B, T]
+        cache_k = cache_k.at[rows, slots].set(k.astype(cache_k.dtype), mode="drop")
+        cache_v = cache_v.at[rows, slots].set(v.astype(cache_v.dtype), mode="drop")
+        g, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
+        q = q.reshape(b, t, g, r, c.head_dim)  # [B, T, G, R, E]
+        scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k.astype(dtype)).astype(jnp.float32)
+        scores = scores * (c.head_dim**-0.5)
+        scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, S]
+        out = jnp.einsum("bgrts,bsge->btgre", probs, cache_v.astype(dtype))
+        out = out.reshape(b, t, c.num_heads, c.head_dim)
+        return jnp.einsum("bthe,hed->btd", out, self.wo[...].astype(dtype)), cache_k, cache_v
+
+
+class MLP(nnx.Module):
+    """SwiGLU: ``w_down(silu(w_gate x) * w_up x)``."""
+
+    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+        d, f = config.dim, config.ffn_dim
+        self.dtype = config.compute_dtype
+        self.w_gate = _param(rngs, (d, f), ("embed", "mlp"), config)
+        self.w_up = _param(rngs, (d, f), ("embed", "mlp"), config)
+        self.w_down = _param(rngs, (f, d), ("mlp", "embed"), config)
+
+    def __call__(self, x: Array) -> Array:  # [B, T, D]
+        dt = self.dtype
+        x = x.astype(dt)
+        gate = jnp.einsum("btd,df->btf", x, self.w_gate[...].astype(dt))
+        up = jnp.einsum("btd,df->btf", x, self.w_up[...].astype(dt))
+        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.w_down[...].astype(dt))
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(config)
+        self.attn = Attention(config, rngs=rngs)
+        self.mlp_norm = RMSNorm(config)
+        self.mlp = MLP(config, rngs=rngs)
+
+
+def attention_allowed(lengths: Array, attn_mask: Array, capacity: int) -> Array:
+    """``[B, T, S]``: committed slots (``< lengths``) plus the new slots that ``attn_mask`` allows.
+
+    Args:
+      lengths: int ``[B]`` committed entries.
+      attn_mask: bool ``[B, T, T]``; ``attn_mask[b, i, j]``: new token i may attend to new token j.
+      capacity: S.
+    """
+    t = attn_mask.shape[-1]
+    s = jnp.arange(capacity)[None, :]  # [1, S]
+    rel = s - lengths[:, None]  # [B, S] index among the new tokens
+    in_new = (rel >= 0) & (rel < t)
+    idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (*attn_mask.shape[:2], capacity))
+    among_new = jnp.take_along_axis(attn_mask, idx, axis=2) & in_new[:, None, :]
+    return (s < lengths[:, None])[:, None, :] | among_new
+
+
+class Llama(nnx.Module):
+    """A Llama-family decoder.
+
+    Call as ``model(tokens)`` for full-sequence logits ``[B, T, V]``, or
+    ``model(tokens, cache=cache, positions=..., attn_mask=...)`` for ``(logits, cache)``.
+    """
+
+    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embed = _param(
+            rngs, (config.vocab_size, config.dim), ("vocab", "embed"), config, config.dim**-0.5
+        )
+        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.norm = RMSNorm(config)
+        if not config.tie_embeddings:
+            self.lm_head = _param(rngs, (config.dim, config.vocab_size), ("embed", "vocab"), config)
+
+    def __call__(
+        self,
+        tokens: Array,
+        *,
+        positions: Array | None = None,
+        cache: KVCache | None = None,
+        attn_mask: Array | None = None,
+    ):
+        """Scores T new tokens per row.
+
+        Args:
+          tokens: int ``[B, T]``.
+          positions: int ``[B, T]`` rotary positions (default: ``cache.lengths + arange(T)``).
+          cache: the KV cache; None for a stand-alone full-sequence forward.
+          attn_mask: bool ``[B, T, T]`` among the new tokens (default causal).
+
+        Returns:
+          fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
+          entries appended (``lengths + T``).
+        """
+        c = self.config
+        b, t = tokens.shape
+        standalone = cache is None
+        if standalone:
+            cache = KVCache.init(c, b, t)
+        if t > cache.capacity:
+            raise ValueError(
+                f"{t} new tokens do not fit a KV cache of capacity {cache.capacity}; "
+                "use a larger cache (capacity) or a shorter prompt"
+            )
+        if positions is None:
+            positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
+        if attn_mask is None:
+            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+        allowed = attention_allowed(cache.lengths, attn_mask, cache.capacity)  # [B, T, S]
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
+        ks, vs = cache.k, cache.v
+        for i, layer in enumerate(self.layers):
+            attn_out, k_i, v_i = layer.attn(
+                layer.attn_norm(x), positions, ks[i], vs[i], cache.lengths, allowed
+            )
+            ks, vs = ks.at[i].set(k_i), vs.at[i].set(v_i)
+            x = x + attn_out
+            x = x + layer.mlp(layer.mlp_norm(x))
+        x = self.norm(x)
+        head = self.embed[...].T if c.tie_embeddings else self.lm_head[...]
+        logits = jnp.einsum("btd,dv->btv", x, head.astype(c.compute_dtype)).astype(jnp.float32)
+        if standalone:
+            return logits
+        return logits, KVCache(ks, vs, cache.lengths + t)

@@ -20,8 +20,13 @@ setup(
         "numpy>=1.26",
         "absl-py>=2.0",
         "ml-collections>=1.0",
+        "gguf>=0.19.0",
+        "safetensors>=0.8.0",
+        "tokenizers>=0.23.0",
     ],
     extras_require={
+        # Loss-curve plots of scripts/train.py and scripts/distill.py.
+        "train": ["matplotlib>=3.8"],
         "dev": [
             "pytest>=8.0",
             "scipy>=1.11",

@@ -1,7 +1,28 @@
-"""specjax.models: Llama-family decoders in Flax NNX with an explicit KV cache."""
+"""specjax.models: Llama-family decoders in Flax NNX with an explicit KV cache, weight loaders
+(GGUF, Hugging Face safetensors, orbax checkpoints) and tokenizers."""
 
 from specjax.models.cache import KVCache
 from specjax.models.config import LlamaConfig, RopeScaling, preset
+from specjax.models.fetch import fetch_smollm2
+from specjax.models.gguf_loader import load_gguf
 from specjax.models.llama import Llama
+from specjax.models.pretrained import Pretrained, build_model, load_pretrained
+from specjax.models.safetensors_loader import load_safetensors
+from specjax.models.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
-__all__ = ["KVCache", "Llama", "LlamaConfig", "RopeScaling", "preset"]
+__all__ = [
+    "ByteTokenizer",
+    "KVCache",
+    "Llama",
+    "LlamaConfig",
+    "Pretrained",
+    "RopeScaling",
+    "Tokenizer",
+    "build_model",
+    "fetch_smollm2",
+    "load_gguf",
+    "load_pretrained",
+    "load_safetensors",
+    "load_tokenizer",
+    "preset",
+]

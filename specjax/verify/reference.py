@@ -29,6 +29,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+# The oracle's brute force (all 2^V subsets, exact draft-tuple laws) lives beside this module.
+from specjax.verify.optimal_reference import (  # noqa: F401 (re-exported)
+    draft_tuple_law,
+    optimal_acceptance_bruteforce,
+)
+
 Outcome = tuple[int, int, int]
 """``(tau, next_token, path)``."""
 

@@ -1,0 +1,438 @@
+"""Tokenizers: byte-level BPE through the ``tokenizers`` package, and a plain byte tokenizer.
+
+Three ways to build one:
+
+- :meth:`Tokenizer.from_gguf_metadata`: rebuilds the byte-level BPE tokenizer that a GGUF file
+  describes (``tokenizer.ggml.*`` keys: tokens, merges, token types, special ids, pre-tokenizer
+  type, chat template).
+- :meth:`Tokenizer.from_hf_dir`: a Hugging Face ``tokenizer.json`` (+ ``tokenizer_config.json``
+  for the special tokens and the chat template).
+- :class:`ByteTokenizer`: ids 0..255 are the UTF-8 bytes, optional special tokens after them.
+
+Chat templates: the ChatML family (``<|im_start|>role\\ncontent<|im_end|>``, which SmolLM2 uses)
+is rendered natively, so no template engine is needed; any other Jinja template is rendered with
+``jinja2`` when it is installed, and otherwise raises one clear error.
+
+Both kinds save to a directory (:meth:`save`) and come back with :func:`load_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import tokenizers
+from tokenizers import AddedToken, decoders, pre_tokenizers, processors
+
+MANIFEST = "specjax_tokenizer.json"
+
+# GGUF token types (llama.cpp's llama_token_type).
+_CONTROL, _USER_DEFINED = 3, 4
+
+_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# tokenizer.ggml.pre values (llama.cpp) -> pre-tokenizer family. "digits": every digit is its own
+# word, then the GPT-2 regex (llama.cpp's STARCODER/SMOLLM group; HF: Digits + ByteLevel).
+_PRE_TYPES = {
+    **dict.fromkeys(("default", "gpt2", "gpt-2", "mpt", "olmo", "jais"), "gpt2"),
+    **dict.fromkeys(
+        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"), "digits"
+    ),
+    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3"), "llama3"),
+}
+
+
+def _byte_level_pre_tokenizer(family: str):
+    if family == "gpt2":
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if family == "digits":
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(tokenizers.Regex(_LLAMA3_REGEX), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+class TokenizerBase:
+    """What every specjax tokenizer offers; subclasses implement encode/decode/save."""
+
+    bos_id: int | None
+    eos_id: int | None
+    chat_template: str | None
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included."""
+        raise NotImplementedError
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text`` (special-token strings in it map to their ids)."""
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``."""
+        raise NotImplementedError
+
+    def save(self, directory: str | Path) -> Path:
+        """Writes the tokenizer into ``directory`` (created); returns it."""
+        raise NotImplementedError
+
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """Renders a conversation with the model's chat template.
+
+        Args:
+          messages: ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``.
+          add_generation_prompt: end with the assistant header so the model answers next.
+
+        Returns:
+          The prompt text (encode it with :meth:`encode`; the special tokens it contains map to
+          their ids).
+        """
+        return render_chat_template(self.chat_template, messages, add_generation_prompt)
+
+    def _manifest(self, kind: str, **extra) -> dict:
+        return {
+            "kind": kind,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "chat_template": self.chat_template,
+            **extra,
+        }
+
+
+class Tokenizer(TokenizerBase):
+    """A ``tokenizers.Tokenizer`` with the ids and chat template specjax needs.
+
+    Attributes:
+      backend: the wrapped ``tokenizers.Tokenizer``.
+      bos_id: beginning-of-sequence id, or None.
+      eos_id: end-of-sequence id (generation stops there), or None.
+      chat_template: Jinja chat template text, or None.
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        chat_template: str | None = None,
+    ):
+        self.backend = backend
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.chat_template = chat_template
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token string, or None."""
+        return self.backend.token_to_id(token)
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
+        _write_json(directory / MANIFEST, self._manifest("bpe"))
+        return directory
+
+    @classmethod
+    def from_gguf_metadata(cls, meta: Mapping[str, object]) -> Tokenizer:
+        """Rebuilds a GGUF file's byte-level BPE tokenizer.
+
+        Args:
+          meta: the GGUF key/value metadata (at least ``tokenizer.ggml.model``, ``.tokens``,
+            ``.merges``; optionally ``.token_type``, ``.pre``, ``.bos_token_id``,
+            ``.eos_token_id``, ``.add_bos_token`` and ``tokenizer.chat_template``).
+
+        Raises:
+          ValueError: a tokenizer model or pre-tokenizer type that is not byte-level BPE.
+        """
+        kind = meta.get("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ValueError(
+                f"tokenizer.ggml.model is {kind!r}; specjax rebuilds only byte-level BPE ('gpt2') "
+                "tokenizers from GGUF. Load the model's Hugging Face tokenizer.json instead "
+                "(Tokenizer.from_hf_dir)"
+            )
+        pre = str(meta.get("tokenizer.ggml.pre", "default"))
+        if pre not in _PRE_TYPES:
+            raise ValueError(
+                f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(_PRE_TYPES)}. "
+                "Load the model's Hugging Face tokenizer.json instead (Tokenizer.from_hf_dir)"
+            )
+        tokens = [str(t) for t in meta["tokenizer.ggml.tokens"]]
+        merges = [tuple(str(m).split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+        types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+        family = _PRE_TYPES[pre]
+        model = tokenizers.models.BPE(
+            vocab={t: i for i, t in enumerate(tokens)},
+            merges=merges,
+            ignore_merges=family == "llama3",
+        )
+        backend = tokenizers.Tokenizer(model)
+        backend.pre_tokenizer = _byte_level_pre_tokenizer(family)
+        backend.decoder = decoders.ByteLevel()
+        backend.add_special_tokens(
+            [
+                AddedToken(tokens[i], special=True, normalized=False)
+                for i, t in enumerate(types)
+                if int(t) == _CONTROL
+            ]
+        )
+        backend.add_tokens(
+            [
+                AddedToken(tokens[i], special=False, normalized=False)
+                for i, t in enumerate(types)
+                if int(t) == _USER_DEFINED
+            ]
+        )
+        bos = _opt_int(meta.get("tokenizer.ggml.bos_token_id"))
+        eos = _opt_int(meta.get("tokenizer.ggml.eos_token_id"))
+        if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
+            )
+        template = meta.get("tokenizer.chat_template")
+        return cls(backend, bos, eos, None if template is None else str(template))
+
+    @classmethod
+    def from_hf_dir(cls, directory: str | Path) -> Tokenizer:
+        """Loads ``tokenizer.json`` from a directory (special tokens and chat template from
+        ``tokenizer_config.json``, ``chat_template.jinja`` or ``config.json`` when present).
+
+        Raises:
+          FileNotFoundError: no ``tokenizer.json`` in ``directory``.
+        """
+        directory = Path(directory)
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no tokenizer.json in {directory}; copy the model's tokenizer.json there"
+            )
+        backend = tokenizers.Tokenizer.from_file(str(path))
+        tok_cfg = _read_json_if(directory / "tokenizer_config.json")
+        model_cfg = _read_json_if(directory / "config.json")
+
+        def special(name):
+            token = tok_cfg.get(f"{name}_token")
+            if isinstance(token, dict):
+                token = token.get("content")
+            if isinstance(token, str) and backend.token_to_id(token) is not None:
+                return backend.token_to_id(token)
+            value = model_cfg.get(f"{name}_token_id")
+            return value[0] if isinstance(value, list) and value else _opt_int(value)
+
+        template = tok_cfg.get("chat_template")
+        if template is None and (directory / "chat_template.jinja").is_file():
+            template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default", next(iter(named.values()), None))
+        return cls(backend, special("bos"), special("eos"), template)
+
+
+class ByteTokenizer(TokenizerBase):
+    """UTF-8 bytes as ids 0..255, then optional special tokens at 256, 257, ...
+
+    Args:
+      specials: special token strings (e.g. ``["<bos>", "<eos>"]``), given ids from 256 on.
+      bos: which special is beginning-of-sequence (its string), or None.
+      eos: which special is end-of-sequence, or None.
+      chat_template: optional Jinja chat template.
+    """
+
+    def __init__(
+        self,
+        specials: Sequence[str] = (),
+        bos: str | None = None,
+        eos: str | None = None,
+        chat_template: str | None = None,
+    ):
+        self.specials = list(specials)
+        if len(set(self.specials)) != len(self.specials) or "" in self.specials:
+            raise ValueError(f"special tokens must be distinct non-empty strings: {self.specials}")
+        index = {s: 256 + i for i, s in enumerate(self.specials)}
+        for name, value in (("bos", bos), ("eos", eos)):
+            if value is not None and value not in index:
+                raise ValueError(f"{name}={value!r} is not one of the specials {self.specials}")
+        self.bos_id = index.get(bos)
+        self.eos_id = index.get(eos)
+        self.chat_template = chat_template
+        self._index = index
+        self._split = (
+            re.compile("(" + "|".join(re.escape(s) for s in sorted(index, key=len)[::-1]) + ")")
+            if index
+            else None
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return 256 + len(self.specials)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """UTF-8 bytes of ``text``; special strings in it become their ids. No BOS is added
+        unless ``add_special_tokens`` and a ``bos`` special exist."""
+        pieces = self._split.split(text) if self._split else [text]
+        ids = [self.bos_id] if add_special_tokens and self.bos_id is not None else []
+        for piece in pieces:
+            ids.extend([self._index[piece]] if piece in self._index else piece.encode("utf-8"))
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        out, buf = [], bytearray()
+        for i in map(int, ids):
+            if 0 <= i < 256:
+                buf.append(i)
+                continue
+            out.append(buf.decode("utf-8", errors="replace"))
+            buf = bytearray()
+            if not 256 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is outside the byte vocabulary [0, {self.vocab_size})")
+            if not skip_special_tokens:
+                out.append(self.specials[i - 256])
+        out.append(buf.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        bos = None if self.bos_id is None else self.specials[self.bos_id - 256]
+        eos = None if self.eos_id is None else self.specials[self.eos_id - 256]
+        manifest = self._manifest("bytes", specials=self.specials, bos=bos, eos=eos)
+        _write_json(directory / MANIFEST, manifest)
+        return directory
+
+
+def load_tokenizer(directory: str | Path) -> TokenizerBase:
+    """Loads a tokenizer written by :meth:`TokenizerBase.save` (or a bare HF ``tokenizer.json``).
+
+    Raises:
+      FileNotFoundError: the directory holds neither file.
+      ValueError: an unreadable manifest.
+    """
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        return Tokenizer.from_hf_dir(directory)
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        kind = manifest["kind"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{manifest_path} is not a specjax tokenizer manifest ({e})") from e
+    template = manifest.get("chat_template")
+    if kind == "bytes":
+        return ByteTokenizer(manifest["specials"], manifest["bos"], manifest["eos"], template)
+    if kind == "bpe":
+        backend = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+        return Tokenizer(backend, manifest["bos_id"], manifest["eos_id"], template)
+    raise ValueError(
+        f"{manifest_path}: unknown tokenizer kind {kind!r} (expected 'bpe' or 'bytes')"
+    )
+
+
+# ---------------------------------------------------------------------------- chat templates
+
+# A literal default system prompt inside the template (no Jinja expressions or quotes in it).
+_CHATML_SYSTEM = re.compile(
+    r"<\|im_start\|>system(?:\n|\\n)((?:[^'\"{}\\]|\\.)*?)<\|im_end\|>", re.S
+)
+
+
+def is_chatml(template: str) -> bool:
+    """Whether ``template`` is a plain ChatML template that :func:`render_chat_template` renders
+    natively (im_start / im_end markers, no tool calling)."""
+    return "<|im_start|>" in template and "<|im_end|>" in template and "tool" not in template
+
+
+def render_chat_template(
+    template: str | None, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+) -> str:
+    """Renders ``messages`` with a chat template (ChatML natively, others with jinja2).
+
+    ChatML: every message becomes ``<|im_start|>{role}\\n{content}<|im_end|>\\n``; when the template
+    carries a default system prompt (SmolLM2's "You are a helpful AI assistant named SmolLM...")
+    it is prepended if the conversation does not start with a system message; the generation
+    prompt is ``<|im_start|>assistant\\n``.
+
+    Raises:
+      ValueError: no template, malformed messages, or a non-ChatML template without jinja2.
+    """
+    if not template:
+        raise ValueError(
+            "this tokenizer has no chat template; format the prompt yourself or load a model "
+            "whose tokenizer carries one"
+        )
+    for m in messages:
+        if not isinstance(m, Mapping) or not {"role", "content"} <= set(m):
+            raise ValueError(f"chat messages need 'role' and 'content' keys, got {m!r}")
+    if is_chatml(template):
+        return _render_chatml(template, messages, add_generation_prompt)
+    try:
+        import jinja2.sandbox  # optional dependency
+    except ImportError:
+        raise ValueError(
+            "this chat template is not ChatML, which is the only kind specjax renders natively; "
+            "`pip install jinja2` to render any Jinja chat template"
+        ) from None
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(
+        messages=list(messages), add_generation_prompt=add_generation_prompt
+    )
+
+
+def _render_chatml(template: str, messages, add_generation_prompt: bool) -> str:
+    parts = []
+    default = _CHATML_SYSTEM.search(template)
+    if default and (not messages or messages[0]["role"] != "system"):
+        if messages:  # SmolLM2 inserts it inside the message loop: not for an empty conversation
+            system = re.sub(
+                r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), default.group(1)
+            )
+            parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
+    for m in messages:
+        parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _opt_int(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def _read_json_if(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from e
+
+
+def _write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -49,6 +49,9 @@ def target_samples(target, token_data, cfg) -> data.TokenData:
 
 def run(cfg) -> dict:
     """Distills and exports; returns the summary."""
+    distill.check_loss(cfg.loss)  # cheap checks first, before loading anything
+    if cfg.data not in ("corpus", "target_samples"):
+        raise ValueError(f"unknown data source {cfg.data!r}; choose 'corpus' or 'target_samples'")
     target = load_pretrained(cfg.target)
     docs = data.read_corpus(corpus.corpus_paths(cfg.corpus))
     token_data = data.tokenize(docs, target.tokenizer, cfg.val_fraction)
@@ -61,10 +64,8 @@ def run(cfg) -> dict:
     loss = distill.distill_loss(target.model, cfg.loss, cfg.temperature)
     if cfg.data == "target_samples":
         train_data = target_samples(target.model, token_data, cfg)
-    elif cfg.data == "corpus":
-        train_data = token_data
     else:
-        raise ValueError(f"unknown data source {cfg.data!r}; choose 'corpus' or 'target_samples'")
+        train_data = token_data
     draft = Llama(model_cfg, rngs=nnx.Rngs(cfg.seed))
     print(
         f"draft {model_cfg.name}: {model_cfg.num_params:,} parameters, loss {cfg.loss}, "

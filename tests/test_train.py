@@ -180,3 +180,11 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
         distill.distill_loss(byte_model(), "kl")
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainConfig(steps=10, warmup_steps=10)
+
+
+def test_bfloat16_training_reduces_loss(tmp_path):
+    model = byte_model(dtype="bfloat16")  # bf16 compute, fp32 master parameters
+    cfg = dataclasses.replace(QUICK, steps=30, eval_every=15, checkpoint_every=30)
+    history = Trainer(model, cfg, tmp_path, log=lambda s: None).fit(token_data())
+    assert history[-1]["val_loss"] < 0.8 * np.log(256)
+    assert np.isfinite([h["train_loss"] for h in history]).all()

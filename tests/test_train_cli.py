@@ -64,6 +64,24 @@ def test_train_then_distill_export_loadable_checkpoints(tmp_path):
     assert summary["loss"] == "tv"
     assert load_pretrained(draft_dir).config.num_layers == 1
 
+    out = run(  # distillation on text sampled from the target, forward KL
+        "distill.py",
+        "shakespeare_draft.py",
+        f"--config.target={target_dir}",
+        f"--config.workdir={tmp_path / 'run_s'}",
+        f"--config.export_dir={tmp_path / 'draft_s'}",
+        "--config.data=target_samples",
+        "--config.loss=forward_kl",
+        "--config.num_samples=8",
+        "--config.sample_batch=4",
+        "--config.sample_len=64",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "sampled 8/8 sequences" in out.stdout
+    assert (
+        json.loads((tmp_path / "draft_s" / "summary.json").read_text())["data"] == "target_samples"
+    )
+
 
 @pytest.mark.parametrize(
     "script,config,args,message",

@@ -156,11 +156,53 @@ def take_row(probs: Array, index: Array) -> Array:
     return jnp.take_along_axis(probs, index[:, None, None].astype(jnp.int32), axis=1)[:, 0]
 
 
-def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
-    """Samples one token per row from unnormalised ``weights [B, V]`` (Gumbel-max).
+BLOCK = 256
+"""Vocabulary block size of the two-level argmax and inverse-CDF sampler."""
 
-    Rows whose weights have no positive mass (a residual that is empty up to float drift) are
-    sampled from ``fallback [B, V]`` instead, so the result is never NaN or an arbitrary id.
+
+def _blocks(x: Array, fill) -> tuple[Array, int]:
+    """``x [..., V]`` padded with ``fill`` and reshaped to ``[..., V / C, C]``; returns (x, C)."""
+    v = x.shape[-1]
+    c = min(BLOCK, v)
+    pad = -v % c
+    if pad:
+        x = jnp.concatenate([x, jnp.full((*x.shape[:-1], pad), fill, x.dtype)], axis=-1)
+    return x.reshape(*x.shape[:-1], -1, c), c
+
+
+def argmax_first(x: Array) -> Array:
+    """``jnp.argmax(x, -1)`` (first maximal index) in two levels: block maxima, then one block.
+
+    Same result as ``jnp.argmax`` for non-NaN input, and several times faster on CPU, where
+    XLA's variadic (value, index) reduction is slow. int32 ``[...]``.
+    """
+    blocks, c = _blocks(x, -jnp.inf)  # [..., nb, C]
+    block_max = jnp.max(blocks, axis=-1)  # [..., nb]
+    top = jnp.max(block_max, axis=-1, keepdims=True)
+    nb = block_max.shape[-1]
+    j = jnp.min(jnp.where(block_max == top, jnp.arange(nb), nb), axis=-1)  # first block with it
+    j = jnp.minimum(j, nb - 1)
+    inner = jnp.take_along_axis(blocks, j[..., None, None], axis=-2)[..., 0, :]  # [..., C]
+    i = jnp.min(jnp.where(inner == top, jnp.arange(c), c), axis=-1)
+    return (j * c + jnp.minimum(i, c - 1)).astype(jnp.int32)
+
+
+def _inverse_cdf(weights: Array, u: Array) -> Array:
+    """Index of ``u [B]`` times the total mass in the CDF of ``weights [B, n]`` (positive only)."""
+    cdf = jnp.cumsum(weights, axis=-1)
+    index = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], axis=-1)
+    last_positive = jnp.max(jnp.where(weights > 0, jnp.arange(weights.shape[-1]), 0), axis=-1)
+    return jnp.minimum(index, last_positive)  # guards u * total rounding up to the total
+
+
+def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
+    """Samples one token per row from unnormalised ``weights [B, V]`` (exact inverse CDF).
+
+    Two levels, two uniforms per row: a block of C = 256 tokens is drawn with probability
+    proportional to its mass, then a token inside it proportional to its weight. One read of
+    the weights instead of V random numbers per row. Rows whose weights have no positive mass
+    (a residual that is empty up to float drift) are sampled from ``fallback [B, V]``, so the
+    result is never NaN or an arbitrary id.
 
     Returns:
       int32 ``[B]`` token ids, always with positive weight (or positive fallback weight).
@@ -168,8 +210,11 @@ def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
     weights = jnp.maximum(weights, 0.0)
     empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0  # [B, 1]
     weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
-    logits = jnp.where(weights > 0.0, jnp.log(jnp.where(weights > 0.0, weights, 1.0)), -jnp.inf)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    blocks, c = _blocks(weights, 0.0)  # [B, nb, C]
+    u = jax.random.uniform(key, (2, weights.shape[0]), weights.dtype)
+    j = _inverse_cdf(jnp.sum(blocks, axis=-1), u[0])  # [B]
+    inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]  # [B, C]
+    return (j * c + _inverse_cdf(inner, u[1])).astype(jnp.int32)
 
 
 def normalize(weights: Array, fallback: Array) -> Array:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
-from specjax.verify.common import VerifyResult, check_chain_inputs, valid_lengths
+from specjax.verify.common import (
+    VerifyResult,
+    argmax_first,
+    check_chain_inputs,
+    valid_lengths,
+)
 
 
 def greedy_verify(
@@ -35,7 +40,7 @@ def greedy_verify(
         "greedy_verify", draft_tokens, draft_probs, target_probs, num_draft
     )
     n = valid_lengths(num_draft, draft_tokens)  # [B]
-    argmax = jnp.argmax(target_probs, axis=-1).astype(jnp.int32)  # [B, L+1]
+    argmax = argmax_first(target_probs)  # [B, L+1]
     match = (draft_tokens == argmax[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
     tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
     next_token = jnp.take_along_axis(argmax, tau[:, None], axis=-1)[:, 0]

@@ -7,8 +7,9 @@ Baseline (same draft, data alone):
               --config.workdir=runs/shakespeare_draft_ce \
               --config.export_dir=checkpoints/shakespeare/draft_ce
 Hardware: the 2-core CPU sandbox; no GPU.
-Wall time and result: recorded in checkpoints/shakespeare/draft/summary.json and in the README
-(held-out alpha = E[sum min(p, q)] at temperature 1 and greedy agreement with the target).
+Wall time: 36 minutes (450 steps on 2 shared CPU cores).
+Result (TV loss): held-out alpha = E[sum min(p, q)] 0.810 and greedy agreement 0.778 with the
+target, draft loss 1.946 nats/byte (target 1.566); checkpoints/shakespeare/draft/summary.json.
 """
 
 import ml_collections
@@ -41,11 +42,11 @@ def get_config() -> ml_collections.ConfigDict:
         tie_embeddings=True,
     )
     c.train = dict(
-        steps=300,
+        steps=450,
         batch_size=32,
         seq_len=256,
         learning_rate=3e-3,
-        warmup_steps=30,
+        warmup_steps=45,
         eval_every=50,
         eval_batches=8,
         log_every=10,

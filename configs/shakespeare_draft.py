@@ -10,6 +10,8 @@ Hardware: the 2-core CPU sandbox; no GPU.
 Wall time: 36 minutes (450 steps on 2 shared CPU cores).
 Result (TV loss): held-out alpha = E[sum min(p, q)] 0.810 and greedy agreement 0.778 with the
 target, draft loss 1.946 nats/byte (target 1.566); checkpoints/shakespeare/draft/summary.json.
+Baseline (CE, 16 minutes): alpha 0.818, greedy agreement 0.789, loss 1.651 — better than TV
+distillation from scratch in this run (see README).
 """
 
 import ml_collections

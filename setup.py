@@ -32,5 +32,9 @@ setup(
             "scipy>=1.11",
             "ruff>=0.6",
         ],
+        # Parity tests against transformers (tests/test_peer_parity.py) and the PyTorch columns
+        # of scripts/bench_model.py. Only this torch: any other version pulls CUDA packages.
+        # accelerate: transformers needs it to load a GGUF file.
+        "peer": ["torch==2.13.0", "transformers==5.23.0", "accelerate==1.15.0"],
     },
 )

@@ -61,8 +61,9 @@ class Attention(nnx.Module):
         self,
         x: Array,  # [B, T, D]
         positions: Array,  # [B, T]
-        cache_k: Array,  # [B, S, G, E] this layer's cache
+        cache_k: Array,  # [N, B, S, G, E] the stacked cache of all layers
         cache_v: Array,
+        layer: int,
         lengths: Array,  # [B] committed entries before this call
         allowed: Array,  # [B, T, S] bool: which slots each new token attends to
     ) -> tuple[Array, Array, Array]:
@@ -77,15 +78,18 @@ class Attention(nnx.Module):
         b, t = positions.shape
         rows = jnp.arange(b)[:, None]
         slots = lengths[:, None] + jnp.arange(t)[None, :]  # [B, T]
-        cache_k = cache_k.at[rows, slots].set(k.astype(cache_k.dtype), mode="drop")
-        cache_v = cache_v.at[rows, slots].set(v.astype(cache_v.dtype), mode="drop")
+        # Write straight into the stacked cache: slicing a layer out and setting it back makes
+        # XLA copy the whole cache for one-token calls.
+        cache_k = cache_k.at[layer, rows, slots].set(k.astype(cache_k.dtype), mode="drop")
+        cache_v = cache_v.at[layer, rows, slots].set(v.astype(cache_v.dtype), mode="drop")
         g, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, g, r, c.head_dim)  # [B, T, G, R, E]
-        scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k.astype(dtype)).astype(jnp.float32)
+        scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k[layer].astype(dtype))
+        scores = scores.astype(jnp.float32)
         scores = scores * (c.head_dim**-0.5)
         scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, S]
-        out = jnp.einsum("bgrts,bsge->btgre", probs, cache_v.astype(dtype))
+        out = jnp.einsum("bgrts,bsge->btgre", probs, cache_v[layer].astype(dtype))
         out = out.reshape(b, t, c.num_heads, c.head_dim)
         return jnp.einsum("bthe,hed->btd", out, self.wo[...].astype(dtype)), cache_k, cache_v
 
@@ -190,10 +194,9 @@ class Llama(nnx.Module):
         x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
         ks, vs = cache.k, cache.v
         for i, layer in enumerate(self.layers):
-            attn_out, k_i, v_i = layer.attn(
-                layer.attn_norm(x), positions, ks[i], vs[i], cache.lengths, allowed
+            attn_out, ks, vs = layer.attn(
+                layer.attn_norm(x), positions, ks, vs, i, cache.lengths, allowed
             )
-            ks, vs = ks.at[i].set(k_i), vs.at[i].set(v_i)
             x = x + attn_out
             x = x + layer.mlp(layer.mlp_norm(x))
         x = self.norm(x)

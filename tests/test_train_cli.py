@@ -61,7 +61,7 @@ def test_train_then_distill_export_loadable_checkpoints(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((draft_dir / "summary.json").read_text())
     assert 0.0 < summary["alpha"] <= 1.0 and 0.0 <= summary["greedy_agreement"] <= 1.0
-    assert summary["loss"] == "tv"
+    assert summary["loss"] == "forward_kl"
     assert load_pretrained(draft_dir).config.num_layers == 1
 
     out = run(  # distillation on text sampled from the target, forward KL

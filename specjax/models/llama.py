@@ -163,6 +163,7 @@ class Llama(nnx.Module):
         positions: Array | None = None,
         cache: KVCache | None = None,
         attn_mask: Array | None = None,
+        kv_mask: Array | None = None,
     ):
         """Scores T new tokens per row.
 
@@ -171,6 +172,10 @@ class Llama(nnx.Module):
           positions: int ``[B, T]`` rotary positions (default: ``cache.lengths + arange(T)``).
           cache: the KV cache; None for a stand-alone full-sequence forward.
           attn_mask: bool ``[B, T, T]`` among the new tokens (default causal).
+          kv_mask: bool ``[B, T, S]``: which cache slots (after this call's writes at
+            ``lengths .. lengths + T - 1``) each new token attends to. Overrides ``attn_mask``;
+            used to grow a draft tree over several calls, where earlier tree nodes sit past the
+            committed entries and only a token's ancestors may be seen.
 
         Returns:
           fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
@@ -190,7 +195,10 @@ class Llama(nnx.Module):
             positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
         if attn_mask is None:
             attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-        allowed = attention_allowed(cache.lengths, attn_mask, cache.capacity)  # [B, T, S]
+        if kv_mask is None:
+            allowed = attention_allowed(cache.lengths, attn_mask, cache.capacity)  # [B, T, S]
+        else:
+            allowed = kv_mask
         x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
         ks, vs = cache.k, cache.v
         for i, layer in enumerate(self.layers):

@@ -1,0 +1,49 @@
+r"""The default pair: the committed Shakespeare target (3.2M parameters, byte-level) with its
+distilled 0.43M-parameter draft. The README's main command.
+
+Command:  python -m specjax.decode --config configs/shakespeare.py
+Variants: --config.verifier=gbv --config.num_paths=3   (any verifier, any K)
+          --config.temperature=0 --config.compare_autoregressive=True
+          --config.stream=True   (print text as it is accepted)
+Hardware: the 2-core CPU sandbox; no GPU.
+Result:   see README "Decoding" and BENCHMARKS.md (bench_decode.py) for block efficiency,
+          acceptance and speedup of every verifier on this pair.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    # Models.
+    c.target = "checkpoints/shakespeare/target"  # checkpoint dir | .gguf | HF dir | smollm2
+    c.drafter = "model"  # model | ngram | self | none (autoregressive)
+    c.draft = "checkpoints/shakespeare/draft"  # drafter=model: the draft checkpoint
+    c.draft_layers = 1  # drafter=self: target layers kept by the self-draft
+    c.ngram_max = 3  # drafter=ngram: longest suffix matched
+    c.ngram_min = 1
+    c.dtype = ""  # "" keeps the checkpoint's dtype; float32 | bfloat16
+    # Speculation (vLLM's names where one exists).
+    c.verifier = "block"  # greedy | token | block | specinfer | spectr | gbv
+    c.num_speculative_tokens = 4  # L
+    c.num_paths = 1  # K (> 1 needs specinfer, spectr or gbv)
+    c.replacement = True  # False: paths drawn without replacement (specinfer only)
+    # Sampling, applied identically to draft and target.
+    c.temperature = 1.0  # 0 = greedy
+    c.top_k = 0
+    c.top_p = 1.0
+    c.seed = 0
+    c.max_new_tokens = 200
+    c.stop_at_eos = True
+    c.stop_tokens = ()  # extra stop ids
+    # Prompts.
+    c.prompt = "ROMEO:\n"
+    c.prompts_file = ""  # one prompt per line ("\n" escapes allowed); overrides prompt
+    c.batch_size = 1  # rows decoded together; prompts are cycled to fill a batch
+    c.chat = False  # wrap prompts in the tokenizer's chat template
+    # Output.
+    c.stream = False  # print row 0's text as it is accepted
+    c.compare_autoregressive = False  # also decode autoregressively: speedup, greedy check
+    c.metrics_json = ""  # write metrics + generated ids here (atomically)
+    c.output = ""  # write the generated texts here (atomically)
+    return c

@@ -1,0 +1,48 @@
+r"""Speculative decoding from the command line.
+
+  python -m specjax.decode --config configs/shakespeare.py
+  python -m specjax.decode --config configs/shakespeare.py --config.verifier=gbv \
+      --config.num_paths=3 --config.temperature=0 --config.compare_autoregressive=True
+
+Every key of the config file can be overridden as ``--config.<key>=<value>``; see
+``configs/shakespeare.py`` for the list. Errors are one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from specjax.decode import runner
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
+
+
+def _parse(argv):
+    """absl's flag parsing with one error line instead of a usage dump."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        sys.exit(f"error: {err}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        sys.exit(f"error: unexpected arguments {argv[1:]}; use --config.<key>=<value>")
+    if _CONFIG.value is None:
+        sys.exit("error: --config is required, e.g. --config configs/shakespeare.py")
+    logging.set_verbosity(logging.WARNING)
+    try:
+        runner.run(_CONFIG.value)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.write("\ninterrupted: no output file was written\n")
+        sys.exit(130)
+    except (ValueError, FileNotFoundError, RuntimeError, KeyError, TypeError) as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse)

@@ -1,0 +1,117 @@
+"""Decoding metrics, one definition used by the CLI, the benchmarks and the tests (DESIGN.md).
+
+* block efficiency = tokens emitted per target forward = mean(tau) + 1;
+* acceptance rate = accepted draft tokens / draft tokens proposed on the followed path;
+* per-position acceptance: of the steps that proposed draft position i, the fraction accepting it;
+* accepted-length histogram: steps by tau;
+* tokens/s (generated tokens over the timed run), speedup = autoregressive time / speculative time
+  for the same prompts and length, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from specjax.decode.state import DecodeState
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """Aggregates over all rows of one generation."""
+
+    block_efficiency: float
+    acceptance_rate: float
+    per_position_acceptance: list[float]
+    accepted_length_histogram: list[int]
+    target_forwards: int
+    generated_tokens: int
+    seconds: float
+    tokens_per_second: float
+    speedup: float | None = None
+
+    steps: int = 0
+    accepted_tokens: int = 0
+    proposed_tokens: int = 0
+    position_accepted: list[int] = dataclasses.field(default_factory=list)
+    position_proposed: list[int] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_counts(
+        cls, steps, accepted, proposed, pos_acc, pos_prop, histogram, forwards, generated, seconds
+    ) -> Metrics:
+        """Derives the rates from raw counters (summed over rows)."""
+        return cls(
+            block_efficiency=(accepted + steps) / max(steps, 1),
+            acceptance_rate=accepted / max(proposed, 1),
+            per_position_acceptance=[
+                float(a / max(p, 1)) for a, p in zip(pos_acc, pos_prop, strict=True)
+            ],
+            accepted_length_histogram=[int(x) for x in histogram],
+            target_forwards=int(forwards),
+            generated_tokens=int(generated),
+            seconds=seconds,
+            tokens_per_second=generated / seconds if seconds > 0 else float("nan"),
+            steps=int(steps),
+            accepted_tokens=int(accepted),
+            proposed_tokens=int(proposed),
+            position_accepted=[int(x) for x in pos_acc],
+            position_proposed=[int(x) for x in pos_prop],
+        )
+
+    @classmethod
+    def from_state(cls, state: DecodeState, seconds: float) -> Metrics:
+        """Reads the counters of a finished :class:`DecodeState` (one host transfer)."""
+        s = jax.device_get(state)
+        return cls.from_counts(
+            np.sum(s.steps),
+            np.sum(s.accepted),
+            np.sum(s.proposed),
+            np.sum(s.position_accepted, axis=0),
+            np.sum(s.position_proposed, axis=0),
+            np.sum(s.histogram, axis=0),
+            np.max(s.steps),
+            np.sum(s.lengths - s.prompt_lengths),
+            seconds,
+        )
+
+    @classmethod
+    def combine(cls, parts: list[Metrics]) -> Metrics:
+        """Metrics of several generations run one after another (e.g. prompt batches)."""
+        if len(parts) == 1:
+            return parts[0]
+        total = lambda name: sum(getattr(m, name) for m in parts)
+        vector = lambda name: np.sum([getattr(m, name) for m in parts], axis=0)
+        return cls.from_counts(
+            total("steps"),
+            total("accepted_tokens"),
+            total("proposed_tokens"),
+            vector("position_accepted"),
+            vector("position_proposed"),
+            vector("accepted_length_histogram"),
+            total("target_forwards"),
+            total("generated_tokens"),
+            total("seconds"),
+        )
+
+    def with_speedup(self, baseline_seconds: float) -> Metrics:
+        """Adds speedup = baseline (autoregressive) time / this run's time."""
+        return dataclasses.replace(self, speedup=baseline_seconds / self.seconds)
+
+    def table(self) -> str:
+        """A small aligned text table."""
+        rows = [
+            ("block efficiency", f"{self.block_efficiency:.3f} tokens / target forward"),
+            ("acceptance rate", f"{self.acceptance_rate:.3f}"),
+            ("per-position acceptance", " ".join(f"{a:.2f}" for a in self.per_position_acceptance)),
+            ("accepted-length histogram", " ".join(map(str, self.accepted_length_histogram))),
+            ("target forwards", str(self.target_forwards)),
+            ("generated tokens", str(self.generated_tokens)),
+            ("tokens/s", f"{self.tokens_per_second:.1f} ({self.seconds:.3f} s)"),
+        ]
+        if self.speedup is not None:
+            rows.append(("speedup vs autoregressive", f"{self.speedup:.2f}x"))
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

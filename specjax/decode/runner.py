@@ -1,0 +1,193 @@
+"""From a config record to text and metrics: what ``python -m specjax.decode`` runs.
+
+Builds the target, the drafter and the :class:`DecodeConfig` from an ``ml_collections`` config
+(see ``configs/shakespeare.py`` for every key), decodes the prompts in batches, prints the text
+and a metrics table, and writes ``metrics_json`` / ``output`` atomically (a temporary file renamed
+into place only after the whole run, so Ctrl-C never leaves a half-written file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from flax import nnx
+
+from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+from specjax.decode.loop import Generation, Stream, generate
+from specjax.decode.metrics import Metrics
+from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.models import ByteTokenizer, Llama, LlamaConfig, fetch_smollm2, load_pretrained
+from specjax.models.pure import PureModel, truncated
+from specjax.sampling import SamplingParams
+
+DRAFTERS = ("model", "ngram", "self", "none")
+
+
+def _load(path: str, dtype: str):
+    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``."""
+    if path.startswith("random:"):
+        return random_model(int(path.split(":", 1)[1])), ByteTokenizer()
+    if path == "smollm2":
+        path = str(fetch_smollm2())
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"checkpoint {path!r} not found; give a specjax checkpoint directory, a .gguf file, "
+            "a Hugging Face directory, 'smollm2' or 'random:<seed>'"
+        )
+    pre = load_pretrained(path, dtype or None)
+    return pre.model, pre.tokenizer
+
+
+def random_model(seed: int, num_layers: int = 2) -> Llama:
+    """A tiny random byte-level Llama (for tests and ``configs/tiny_random.py``)."""
+    config = LlamaConfig(
+        vocab_size=256,
+        dim=64,
+        num_layers=num_layers,
+        num_heads=4,
+        num_kv_heads=2,
+        ffn_dim=128,
+        max_seq_len=1024,
+        name=f"random-{seed}",
+    )
+    return Llama(config, rngs=nnx.Rngs(seed))
+
+
+def build(cfg):
+    """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
+    if cfg.drafter not in DRAFTERS:
+        raise ValueError(f"unknown drafter {cfg.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
+    verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
+    target_module, tokenizer = _load(cfg.target, cfg.dtype)
+    stop = ()
+    if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
+        stop = (tokenizer.eos_id,)
+    stop += tuple(int(t) for t in cfg.stop_tokens)
+    config = DecodeConfig(verifier, sampling, cfg.max_new_tokens, stop, cfg.replacement)
+    target = PureModel.of(target_module)
+    k_paths, l_len = cfg.num_paths, cfg.num_speculative_tokens
+    if cfg.drafter == "ngram":
+        drafter = NgramDrafter(
+            target.config.vocab_size, l_len, cfg.ngram_max, cfg.ngram_min, k_paths
+        )
+    elif cfg.drafter in ("model", "self"):
+        if cfg.drafter == "self":
+            draft_module = truncated(target_module, cfg.draft_layers)
+        else:
+            draft_module, _ = _load(cfg.draft, cfg.dtype)
+            if draft_module.config.vocab_size != target.config.vocab_size:
+                raise ValueError(
+                    f"draft vocab_size {draft_module.config.vocab_size} != target vocab_size "
+                    f"{target.config.vocab_size}; draft and target must share one tokenizer"
+                )
+        drafter = ModelDrafter(
+            PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
+        )
+    else:
+        drafter = None
+    return target, tokenizer, drafter, config
+
+
+def read_prompts(cfg, tokenizer) -> tuple[list[str], list[list[int]]]:
+    """Prompt texts and ids (one per line of ``prompts_file``, else ``prompt``), the batch
+    filled by cycling them when fewer than ``batch_size``."""
+    if cfg.prompts_file:
+        path = Path(cfg.prompts_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"prompts_file {path} not found")
+        texts = [line.replace("\\n", "\n") for line in path.read_text().splitlines() if line]
+        if not texts:
+            raise ValueError(f"prompts_file {path} has no prompts (one per line)")
+    else:
+        texts = [cfg.prompt]
+    if cfg.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {cfg.batch_size}")
+    while len(texts) < cfg.batch_size:
+        texts = texts + texts[: cfg.batch_size - len(texts)]
+    if cfg.chat:
+        if tokenizer.chat_template is None:
+            raise ValueError("chat=True but the tokenizer has no chat template; set chat=False")
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
+    ids = [tokenizer.encode(t) for t in texts]
+    return texts, ids
+
+
+def atomic_write(path: str | Path, text: str) -> None:
+    """Writes ``text`` to ``path`` via a temporary file renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _stream(target, batch, config, drafter, seed, tokenizer, out) -> Generation:
+    """Streams row 0's text to ``out`` as it is accepted."""
+    stream = Stream(target, batch, config, drafter, seed)
+    ids, shown = [], ""
+    for new in stream:
+        ids.extend(new[0])
+        text = tokenizer.decode(ids)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the rest
+            continue
+        out.write(text[len(shown) :])
+        out.flush()
+        shown = text
+    out.write("\n")
+    return stream.result
+
+
+def run(cfg, out=sys.stdout) -> dict:
+    """Decodes the config's prompts; prints text and metrics; returns the metrics record."""
+    target, tokenizer, drafter, config = build(cfg)
+    texts, prompts = read_prompts(cfg, tokenizer)
+    batches = [prompts[i : i + cfg.batch_size] for i in range(0, len(prompts), cfg.batch_size)]
+    runs: list[Generation] = []
+    for i, batch in enumerate(batches):
+        if cfg.stream:
+            runs.append(_stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out))
+        else:
+            runs.append(generate(target, batch, config, drafter, cfg.seed + i))
+    tokens = [row for g in runs for row in g.tokens]
+    metrics = Metrics.combine([g.metrics for g in runs])
+    record = {"verifier": config.verifier, "drafter": cfg.drafter}
+    if cfg.compare_autoregressive and config.speculative:
+        ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE)
+        ar = [generate(target, b, ar_config, None, cfg.seed + i) for i, b in enumerate(batches)]
+        ar_metrics = Metrics.combine([g.metrics for g in ar])
+        metrics = metrics.with_speedup(ar_metrics.seconds)
+        record["autoregressive_tokens_per_second"] = ar_metrics.tokens_per_second
+        if config.sampling.greedy:
+            record["greedy_matches_autoregressive"] = tokens == [r for g in ar for r in g.tokens]
+    completions = [tokenizer.decode(row) for row in tokens]
+    if not cfg.stream:
+        for i, (prompt, completion) in enumerate(zip(texts, completions, strict=True)):
+            out.write(f"--- row {i} ---\n{prompt}{completion}\n")
+    out.write(metrics.table() + "\n")
+    if "greedy_matches_autoregressive" in record:
+        same = record["greedy_matches_autoregressive"]
+        out.write(f"greedy output == autoregressive output: {'yes' if same else 'NO'}\n")
+    record.update(dataclasses.asdict(metrics), tokens=tokens, text=completions)
+    if cfg.output:
+        atomic_write(cfg.output, "".join(c + "\n" for c in completions))
+    if cfg.metrics_json:
+        atomic_write(cfg.metrics_json, json.dumps(record, indent=1, default=_jsonable) + "\n")
+    return record
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x)}")

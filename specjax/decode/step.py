@@ -1,0 +1,203 @@
+"""One decoding step: draft -> one target tree forward -> verify -> commit -> roll back caches.
+
+Both the speculative step and the autoregressive baseline share :func:`init_state`, the sampling
+code and :func:`commit_tokens` (stop tokens, ``max_new_tokens``, inactive rows untouched). Rows
+that are done still flow through the step (static shapes) but nothing of theirs changes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from specjax import sampling, tree, verify
+from specjax.decode.config import DecodeConfig
+from specjax.decode.state import DecodeState
+from specjax.drafters.base import Draft
+from specjax.models.pure import PureModel, prefill
+from specjax.typing import Array, PRNGKey
+
+
+def init_state(
+    target: PureModel,
+    drafter,
+    prompts: Array,
+    prompt_lengths: Array,
+    key: PRNGKey,
+    *,
+    capacity: int,
+    buffer: int,
+) -> DecodeState:
+    """Prefills target (and drafter) caches with every prompt token but the last.
+
+    Args:
+      target: the target model.
+      drafter: a drafter or None (autoregressive).
+      prompts: int ``[B, T]`` right-padded prompts; prompt_lengths: int ``[B]`` (>= 1).
+      key: one PRNG key; row b uses ``fold_in(key, b)``.
+      capacity: S of the KV caches; buffer: length of the token buffer.
+    """
+    b, t = prompts.shape
+    draft_len = 0 if drafter is None else drafter.draft_len
+    tokens = jnp.zeros((b, buffer), jnp.int32).at[:, :t].set(prompts.astype(jnp.int32))
+    prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
+    zeros = jnp.zeros((b,), jnp.int32)
+    return DecodeState(
+        tokens=tokens,
+        lengths=prompt_lengths,
+        prompt_lengths=prompt_lengths,
+        done=jnp.zeros((b,), bool),
+        target_cache=prefill(target, prompts, prompt_lengths, capacity),
+        draft_state=() if drafter is None else drafter.init(prompts, prompt_lengths, capacity),
+        keys=jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(b)),
+        steps=zeros,
+        accepted=zeros,
+        proposed=zeros,
+        histogram=jnp.zeros((b, draft_len + 1), jnp.int32),
+        position_accepted=jnp.zeros((b, draft_len), jnp.int32),
+        position_proposed=jnp.zeros((b, draft_len), jnp.int32),
+        last_accepted=zeros - 1,
+    )
+
+
+def commit_tokens(
+    state: DecodeState, new: Array, count: Array, config: DecodeConfig
+) -> tuple[Array, Array, Array]:
+    """Appends ``new[b, :count[b]]`` (``new [B, M]``) to active rows, ending rows at a stop
+    token (kept) or at ``max_new_tokens``.
+
+    Returns:
+      ``(tokens [B, S], lengths [B], done [B])``.
+    """
+    active = ~state.done
+    b, m = new.shape
+    j = jnp.arange(m)[None, :]
+    write = (j < count[:, None]) & active[:, None]  # [B, M]
+    slots = jnp.where(write, state.lengths[:, None] + j, state.tokens.shape[1])
+    tokens = state.tokens.at[jnp.arange(b)[:, None], slots].set(new, mode="drop")
+    is_stop = jnp.isin(new, jnp.asarray(config.stop_tokens, jnp.int32)) & write
+    has_stop = jnp.any(is_stop, axis=1)
+    count = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
+    limit = state.prompt_lengths + config.max_new_tokens
+    lengths = jnp.minimum(state.lengths + count, limit)
+    done = state.done | (active & (has_stop | (lengths >= limit)))
+    return tokens, jnp.where(active, lengths, state.lengths), done
+
+
+def _split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
+    split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
+    return tuple(split[:, i] for i in range(num))
+
+
+def _last_tokens(state: DecodeState) -> Array:  # [B, 1] the token the target has not seen
+    return jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
+
+
+def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeConfig):
+    """One target token per active row, sampled exactly as the speculative step's target law."""
+    keys, k_sample = _split_keys(state.keys, 2)
+    logits, cache = target(_last_tokens(state), cache=state.target_cache)  # [B, 1, V]
+    probs = sampling.probs_from_logits(logits[:, 0], config.sampling)  # [B, V]
+    token = jax.vmap(sampling.sample)(k_sample, probs)  # [B]
+    active = ~state.done
+    tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
+    cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))
+    return state.replace(
+        tokens=tokens,
+        lengths=lengths,
+        done=done,
+        target_cache=cache,
+        keys=keys,
+        steps=state.steps + active,
+        histogram=state.histogram.at[:, 0].add(active),
+        last_accepted=jnp.where(active, 0, -1),
+    )
+
+
+def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
+    """``num_draft [B, K]`` shortened so no path goes past its first stop token."""
+    if not stop_tokens:
+        return draft.num_draft
+    l_len = draft.tokens.shape[-1]
+    is_stop = jnp.isin(draft.tokens, jnp.asarray(stop_tokens, jnp.int32))  # [B, K, L]
+    first = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1) + 1, l_len)
+    return jnp.minimum(draft.num_draft, first).astype(jnp.int32)
+
+
+def _verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_probs):
+    """Runs the verifier on each row with its own key (rows never share randomness)."""
+    fn = verify.get(config.verifier)
+    if config.verifier == "specinfer":
+        fn = functools.partial(fn, replacement=config.replacement)
+    chain = not config.multipath
+
+    def one(key, tokens, probs, target, n):  # one row, K paths
+        if chain:
+            tokens, probs, target, n = tokens[0], probs[0], target[0], n[0]
+        result = fn(key, tokens[None], probs[None], target[None], num_draft=n[None])
+        return jax.tree.map(lambda x: x[0], result)
+
+    return jax.vmap(one)(keys, draft.tokens, draft.probs, target_probs, num_draft)
+
+
+def speculative_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
+    """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
+    k_paths, l_len = drafter.num_paths, drafter.draft_len
+    b = state.batch
+    keys, k_draft, k_verify = _split_keys(state.keys, 3)
+    draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
+    num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
+
+    # The tree: root (last committed token) + K paths of L nodes, one call.
+    feed = jnp.concatenate(
+        [_last_tokens(state), jnp.maximum(draft.tokens, 0).reshape(b, k_paths * l_len)], axis=1
+    )  # [B, T]
+    positions = (state.lengths - 1)[:, None] + jnp.asarray(tree.tree_depths(k_paths, l_len))
+    t = positions.shape[1]
+    mask = jnp.broadcast_to(jnp.asarray(tree.tree_mask(k_paths, l_len)), (b, t, t))
+    logits, cache = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
+    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
+    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
+    result = _verify_rows(config, k_verify, draft, num_draft, target_probs)
+    tau, path = result.num_accepted, result.path  # [B], [B]
+
+    # Commit the accepted prefix of the followed path and the next token.
+    path_tokens = jnp.take_along_axis(draft.tokens, path[:, None, None], axis=1)[:, 0]  # [B, L]
+    j = jnp.arange(l_len + 1)[None, :]
+    new = jnp.concatenate([path_tokens, jnp.zeros((b, 1), jnp.int32)], axis=1)
+    new = jnp.where(j == tau[:, None], result.next_token[:, None], new)  # [B, L + 1]
+    active = ~state.done
+    tokens, lengths, done = commit_tokens(state, new, tau + 1, config)
+
+    # Caches: keep the root and the accepted path's first tau nodes, contiguously.
+    cache = cache.compact(state.lengths, tree.path_slots(state.lengths, path, l_len), tau)
+    cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
+    draft_state = drafter.commit(state.draft_state, draft_state, state.lengths, path, tau, active)
+
+    followed = jnp.take_along_axis(num_draft, path[:, None], axis=1)[:, 0]  # [B]
+    pos = jnp.arange(l_len)[None, :]
+    on = active[:, None]
+    return state.replace(
+        tokens=tokens,
+        lengths=lengths,
+        done=done,
+        target_cache=cache,
+        draft_state=draft_state,
+        keys=keys,
+        steps=state.steps + active,
+        accepted=state.accepted + jnp.where(active, tau, 0),
+        proposed=state.proposed + jnp.where(active, followed, 0),
+        histogram=state.histogram + (on & (jnp.arange(l_len + 1)[None] == tau[:, None])),
+        position_accepted=state.position_accepted + (on & (pos < tau[:, None])),
+        position_proposed=state.position_proposed + (on & (pos < followed[:, None])),
+        last_accepted=jnp.where(active, tau, -1),
+    )
+
+
+def step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig) -> DecodeState:
+    """The step ``config`` asks for (speculative, or autoregressive when drafter is None)."""
+    if config.speculative:
+        return speculative_step(target, drafter, state, config)
+    return autoregressive_step(target, state, config)

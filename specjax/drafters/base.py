@@ -1,0 +1,58 @@
+"""What every drafter returns and the interface the decoding loop calls.
+
+A drafter is a pytree (its weights are leaves, its knobs static), so the jitted speculative step
+takes it as an argument. Per step the loop calls ``propose`` (before the target's tree forward)
+and ``commit`` (after verification, to keep only the accepted path in the drafter's state).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+from specjax.typing import Array, PRNGKey
+
+
+class Draft(NamedTuple):
+    """K draft paths of L tokens per row.
+
+    Attributes:
+      tokens: int32 ``[B, K, L]`` (-1 past ``num_draft``).
+      probs: float32 ``[B, K, L, V]``: row (k, i) is the exact law token (k, i) was drawn from
+        (after temperature / top-k / top-p; one-hot for deterministic drafters).
+      num_draft: int32 ``[B, K]`` valid tokens per path.
+    """
+
+    tokens: Array
+    probs: Array
+    num_draft: Array
+
+
+class Drafter(Protocol):
+    """The drafter interface (see :class:`~specjax.drafters.ModelDrafter`)."""
+
+    num_paths: int  # K
+    draft_len: int  # L
+    replacement: bool  # whether sibling paths are i.i.d. (True) or drawn without replacement
+
+    def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> Any:
+        """The drafter state after the prompts ``[B, T]`` (right-padded, lengths ``[B]``)."""
+
+    def propose(
+        self, state: Any, keys: PRNGKey, tokens: Array, lengths: Array
+    ) -> tuple[Draft, Any]:
+        """Drafts after ``tokens[b, :lengths[b]]`` (``tokens [B, S]``) with per-row ``keys [B]``."""
+
+    def commit(
+        self,
+        before: Any,
+        after: Any,
+        lengths: Array,
+        path: Array,
+        num_accepted: Array,
+        active: Array,
+    ) -> Any:
+        """State after path ``path [B]``'s first ``num_accepted [B]`` tokens were accepted.
+
+        ``before``/``after`` are the states before and after ``propose``; ``lengths [B]`` the
+        sequence lengths at propose time; rows with ``active [B]`` False keep ``before``.
+        """

@@ -1,0 +1,121 @@
+"""The small-model drafter: K paths of L tokens sampled from a draft Llama, grown as a tree.
+
+Per step it feeds the one or two tokens it has not yet seen (the last committed token, and the
+last draft token when a whole path was accepted), samples the K root children (i.i.d. or without
+replacement), then grows all K paths one depth per call with tree attention (``specjax.tree``).
+The returned ``probs`` are exactly the processed laws the tokens were drawn from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax import sampling, tree
+from specjax.drafters.base import Draft
+from specjax.models.cache import KVCache
+from specjax.models.pure import PureModel, prefill
+from specjax.typing import Array, PRNGKey
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ModelDrafter:
+    """Drafts with a small Llama sharing the target's tokenizer.
+
+    Attributes:
+      model: the draft model (:class:`PureModel`; its weights are pytree leaves).
+      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
+      num_paths: K.
+      draft_len: L.
+      replacement: True: the K paths are i.i.d.; False: the K root children are drawn without
+        replacement in path order (deeper nodes have no siblings then).
+    """
+
+    model: PureModel
+    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
+    draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
+    replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
+
+    def __post_init__(self):
+        if self.num_paths < 1 or self.draft_len < 1:
+            raise ValueError(
+                f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "
+                f"and {self.draft_len}"
+            )
+        if not self.replacement and self.num_paths > self.model.config.vocab_size:
+            raise ValueError("num_paths exceeds the vocabulary: cannot draw without replacement")
+
+    def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> KVCache:
+        """The draft cache of every prompt but its last token."""
+        return prefill(self.model, prompts, prompt_lengths, capacity)
+
+    def propose(
+        self, state: KVCache, keys: PRNGKey, tokens: Array, lengths: Array
+    ) -> tuple[Draft, KVCache]:
+        """Drafts K paths of L tokens after ``tokens[b, :lengths[b]]``.
+
+        Args:
+          state: the draft cache; it holds all but the last one or two committed tokens.
+          keys: per-row PRNG keys ``[B]``.
+          tokens: int ``[B, S]`` token buffer.
+          lengths: int ``[B]`` committed tokens per row.
+
+        Returns:
+          The :class:`Draft` and the cache holding the root and the tree's inner nodes.
+        """
+        k_paths, l_len = self.num_paths, self.draft_len
+        b = lengths.shape[0]
+        cache = state
+        seen = cache.lengths
+        unseen = lengths - seen  # [B] 1 or 2
+        idx = jnp.clip(seen[:, None] + jnp.arange(2)[None, :], 0, tokens.shape[1] - 1)
+        logits, cache = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
+        cache = cache.rollback(lengths)  # drop the padding token of rows with one unseen
+        root = jnp.take_along_axis(logits, (unseen - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
+        q_root = sampling.probs_from_logits(root, self.sampling)  # [B, V]
+        step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
+        if self.replacement:
+            q_b = jnp.broadcast_to(q_root[:, None], (b, k_paths, q_root.shape[-1]))
+            first = jax.vmap(sampling.sample)(step_keys[:, 0], q_b)  # [B, K]
+            valid = jnp.ones((b, k_paths), bool)
+        else:
+            draw = lambda k, q: sampling.sample_without_replacement(k, q, k_paths)
+            first, valid = jax.vmap(draw)(step_keys[:, 0], q_root)
+        draft = jnp.zeros((b, k_paths, l_len), jnp.int32).at[:, :, 0].set(first)  # [B, K, L]
+        probs = jnp.zeros((b, k_paths, l_len, q_root.shape[-1]), jnp.float32)  # [B, K, L, V]
+        probs = probs.at[:, :, 0].set(q_root[:, None])
+
+        def grow(depth, carry):  # feed depth-1 tokens, sample depth
+            cache, draft, probs = carry
+            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths, cache.capacity)  # [B, K, S]
+            positions = jnp.broadcast_to((lengths + depth - 1)[:, None], (b, k_paths))
+            logits, cache = self.model(
+                draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask
+            )
+            q = sampling.probs_from_logits(logits, self.sampling)  # [B, K, V]
+            keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
+            x = jax.vmap(sampling.sample)(keys_d, q)  # [B, K]
+            return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q)
+
+        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs))
+        num_draft = jnp.where(valid, l_len, 0).astype(jnp.int32)
+        return Draft(draft, probs, num_draft), cache
+
+    def commit(
+        self,
+        before: KVCache,
+        after: KVCache,
+        lengths: Array,
+        path: Array,
+        num_accepted: Array,
+        active: Array,
+    ) -> KVCache:
+        """Keeps the root and the accepted path's fed nodes (at most L - 1 of them)."""
+        keep = jnp.where(active, jnp.minimum(num_accepted, self.draft_len - 1), 0)
+        sources = tree.draft_path_slots(lengths, path, self.num_paths, self.draft_len)
+        cache = after.compact(lengths, sources, keep)
+        return cache.rollback(jnp.where(active, cache.lengths, before.lengths))

@@ -1,0 +1,92 @@
+"""A Flax NNX model as a plain pytree, so jitted decoding code can take it as an argument.
+
+``PureModel`` holds the module's graph definition as static metadata and its state (the
+parameters) as pytree leaves: ``jax.jit(f)(pure_model, ...)`` compiles once per architecture and
+reads the weights as ordinary arguments, never as baked-in constants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.models.cache import KVCache
+from specjax.models.config import LlamaConfig
+from specjax.models.llama import Llama
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PureModel:
+    """A split :class:`Llama`: static ``graphdef`` plus ``state`` leaves.
+
+    Call it exactly like the module: ``model(tokens, cache=..., positions=..., attn_mask=...)``.
+    """
+
+    graphdef: nnx.GraphDef = dataclasses.field(metadata=dict(static=True))
+    state: nnx.State
+
+    @classmethod
+    def of(cls, module: Llama) -> PureModel:
+        """Splits ``module`` (its arrays are shared, not copied)."""
+        graphdef, state = nnx.split(module)
+        return cls(graphdef, state)
+
+    @property
+    def module(self) -> Llama:
+        """The module rebuilt from graphdef and state."""
+        return nnx.merge(self.graphdef, self.state)
+
+    @property
+    def config(self) -> LlamaConfig:
+        """The model's :class:`LlamaConfig`."""
+        return self.module.config
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def truncated(module: Llama, num_layers: int) -> Llama:
+    """A layer-truncated self-draft: the first ``num_layers`` blocks of ``module`` with its
+    embedding, final norm and head (weights shared, nothing copied).
+
+    Raises:
+      ValueError: ``num_layers`` is not in ``1 .. module.config.num_layers - 1``.
+    """
+    full = module.config.num_layers
+    if not 1 <= num_layers < full:
+        raise ValueError(
+            f"a self-draft keeps 1 .. {full - 1} of the target's {full} layers, got {num_layers}"
+        )
+    config = dataclasses.replace(
+        module.config, num_layers=num_layers, name=f"{module.config.name}[:{num_layers}]"
+    )
+    draft = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+    draft.embed = module.embed
+    draft.norm = module.norm
+    draft.layers = nnx.List(list(module.layers)[:num_layers])
+    if not config.tie_embeddings:
+        draft.lm_head = module.lm_head
+    return draft
+
+
+def prefill(model: PureModel | Llama, prompts, prompt_lengths, capacity: int):
+    """The KV cache of every prompt but its last token (which the first step feeds).
+
+    Args:
+      model: the model.
+      prompts: int ``[B, T]`` right-padded prompts.
+      prompt_lengths: int ``[B]`` true lengths (>= 1).
+      capacity: S, slots of the returned cache.
+
+    Returns:
+      A :class:`KVCache` with ``lengths = prompt_lengths - 1``; slots past it are stale.
+    """
+    b, t = prompts.shape
+    cache = KVCache.init(model.config, b, capacity)
+    if t > 1:  # static: a batch of one-token prompts has nothing to prefill
+        _, cache = model(prompts[:, : t - 1], cache=cache)
+    return cache.rollback(jnp.asarray(prompt_lengths, jnp.int32) - 1)

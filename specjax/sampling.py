@@ -1,0 +1,89 @@
+"""Logits -> the processed distribution actually sampled from, and sampling from it.
+
+Speculative decoding is exact only if the draft tokens were drawn from exactly the ``draft_probs``
+handed to the verifier, and the verifier's ``target_probs`` are the target's law after the same
+processing. Both sides therefore go through :func:`probs_from_logits` with one
+:class:`SamplingParams`: temperature, then top-k, then top-p (nucleus). Temperature 0 means greedy:
+a one-hot distribution at the first maximal logit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How logits become the distribution tokens are drawn from (static: one compile each).
+
+    Attributes:
+      temperature: 0 for greedy decoding, else logits are divided by it.
+      top_k: keep the k most likely tokens (ties at the k-th value kept); 0 keeps all.
+      top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 keeps all.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self):
+        if not self.temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether this is temperature-0 (argmax) decoding."""
+        return self.temperature == 0.0
+
+
+def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
+    """The processed distribution ``[..., V]`` (float32) for logits ``[..., V]``."""
+    logits = logits.astype(jnp.float32)
+    vocab = logits.shape[-1]
+    if params.greedy:
+        return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+    x = logits / params.temperature
+    if 0 < params.top_k < vocab:
+        kth = jax.lax.top_k(x, params.top_k)[0][..., -1:]  # [..., 1]
+        x = jnp.where(x < kth, -jnp.inf, x)
+    probs = jax.nn.softmax(x, axis=-1)
+    if params.top_p < 1.0:
+        ordered = -jnp.sort(-probs, axis=-1)  # descending
+        mass_before = jnp.cumsum(ordered, axis=-1) - ordered
+        keep = jnp.sum(mass_before < params.top_p, axis=-1, keepdims=True)  # >= 1
+        threshold = jnp.take_along_axis(ordered, keep - 1, axis=-1)
+        probs = jnp.where(probs >= threshold, probs, 0.0)
+        probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    return probs
+
+
+def sample(key: PRNGKey, probs: Array) -> Array:
+    """One token per row of ``probs [..., V]`` (int32 ``[...]``); argmax if rows are one-hot."""
+    return jax.random.categorical(key, jnp.log(probs), axis=-1).astype(jnp.int32)
+
+
+def sample_without_replacement(key: PRNGKey, probs: Array, count: int) -> tuple[Array, Array]:
+    """``count`` distinct tokens drawn one after another without replacement (Gumbel top-k).
+
+    Args:
+      key: PRNG key.
+      probs: ``[..., V]``.
+      count: K, the number of draws.
+
+    Returns:
+      ``(tokens [..., K] int32, valid [..., K] bool)``: tokens in draw order; ``valid`` is False
+      for draws past the support of ``probs`` (fewer than K tokens have mass).
+    """
+    gumbel = jax.random.gumbel(key, probs.shape, jnp.float32)
+    perturbed = jnp.log(probs) + gumbel
+    values, tokens = jax.lax.top_k(perturbed, count)
+    return tokens.astype(jnp.int32), values > -jnp.inf

@@ -1,0 +1,78 @@
+"""Draft-tree topology as static index arrays: K paths of L tokens hanging from one root.
+
+The target scores a speculative step in one call over ``T = 1 + K * L`` tokens: the root (the last
+committed token, not yet in the cache) followed by the path nodes in path-major order, node
+``(k, i)`` at index ``1 + k * L + i``. Paths are not deduplicated: paths sharing a prefix carry
+identical copies of it (ALGORITHMS.md §0.2), so every path is a plain chain of the tree.
+
+The draft grows the same tree one depth per call: call ``i`` (1 <= i < L) feeds the K tokens of
+depth ``i - 1``, written after the root at slot ``base + (i - 1) * K + k``; each may attend only to
+its own path's earlier nodes (:func:`draft_kv_mask`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.typing import Array
+
+
+def tree_size(num_paths: int, draft_len: int) -> int:
+    """T, the tokens of one target verification call: the root plus K * L nodes."""
+    return 1 + num_paths * draft_len
+
+
+def tree_depths(num_paths: int, draft_len: int) -> np.ndarray:
+    """int ``[T]``: position offset of each tree token from the root (root 0, node (k, i) i + 1)."""
+    return np.concatenate([[0], np.tile(np.arange(1, draft_len + 1), num_paths)]).astype(np.int32)
+
+
+def tree_mask(num_paths: int, draft_len: int) -> np.ndarray:
+    """bool ``[T, T]``: token a may attend to token b (b is a or an ancestor of a)."""
+    path = np.concatenate([[-1], np.repeat(np.arange(num_paths), draft_len)])  # root: -1
+    depth = tree_depths(num_paths, draft_len)
+    same_path = (path[:, None] == path[None, :]) | (path[None, :] == -1)
+    return same_path & (depth[None, :] <= depth[:, None])
+
+
+def node_index(num_paths: int, draft_len: int) -> np.ndarray:
+    """int ``[K, L + 1]``: tree index of the token whose logits give row (k, i) of target_probs.
+
+    Row 0 of every path is the root's distribution; row i + 1 is node (k, i)'s.
+    """
+    k = np.arange(num_paths)[:, None]
+    i = np.arange(draft_len)[None, :]
+    nodes = 1 + k * draft_len + i  # [K, L]
+    return np.concatenate([np.zeros((num_paths, 1), np.int64), nodes], axis=1).astype(np.int32)
+
+
+def path_slots(base: Array, path: Array, draft_len: int) -> Array:
+    """int ``[B, L]``: target-cache slots of path ``path [B]``'s nodes when the root sits at
+    slot ``base - 1`` (node (k, i) was written at ``base + k * L + i``)."""
+    i = jnp.arange(draft_len)[None, :]
+    return base[:, None] + path[:, None] * draft_len + i
+
+
+def draft_path_slots(base: Array, path: Array, num_paths: int, draft_len: int) -> Array:
+    """int ``[B, L - 1]``: draft-cache slots of path ``path [B]``'s depth 1 .. L-1 inputs, laid out
+    by :func:`draft_kv_mask` (depth j at ``base + (j - 1) * K + k``)."""
+    j = jnp.arange(draft_len - 1)[None, :]
+    return base[:, None] + j * num_paths + path[:, None]
+
+
+def draft_kv_mask(base: Array, depth: Array, num_paths: int, capacity: int) -> Array:
+    """bool ``[B, K, S]``: slots that path k's depth-``depth`` input may attend to.
+
+    Args:
+      base: int ``[B]`` draft-cache length after the root was fed (committed entries).
+      depth: scalar int, 1 <= depth < L: the depth being fed (its tokens written at
+        ``base + (depth - 1) * K + k``).
+      num_paths: K.
+      capacity: S.
+    """
+    s = jnp.arange(capacity)[None, None, :]  # [1, 1, S]
+    rel = s - base[:, None, None]  # [B, 1, S]
+    k = jnp.arange(num_paths)[None, :, None]  # [1, K, 1]
+    own = (rel >= 0) & (rel < depth * num_paths) & (rel % num_paths == k)
+    return (rel < 0) | own

@@ -1,0 +1,51 @@
+"""Tiny target/draft pairs shared by the decoding tests."""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from specjax.models import Llama, LlamaConfig
+from specjax.models.pure import PureModel
+
+
+def tiny_config(vocab: int = 48, **kw) -> LlamaConfig:
+    base = dict(
+        vocab_size=vocab,
+        dim=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        ffn_dim=64,
+        max_seq_len=256,
+        name="tiny-target",
+    )
+    return LlamaConfig(**{**base, **kw})
+
+
+def sharpened(model: Llama, scale: float) -> Llama:
+    """Scales the output head so next-token laws are peaked and context dependent."""
+    if model.config.tie_embeddings:
+        model.embed[...] = model.embed[...] * scale
+    else:
+        model.lm_head[...] = model.lm_head[...] * scale
+    return model
+
+
+def perturbed(model: Llama, sigma: float, seed: int) -> Llama:
+    """A copy of ``model`` with Gaussian noise on every weight: a draft that mostly agrees."""
+    graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    noisy = [
+        x + sigma * jax.random.normal(k, x.shape, x.dtype)
+        for x, k in zip(leaves, keys, strict=True)
+    ]
+    return nnx.merge(graphdef, jax.tree.unflatten(treedef, noisy))
+
+
+def pair(vocab: int = 48, sigma: float = 0.15, scale: float = 4.0, seed: int = 0):
+    """``(target, draft)`` PureModels: a sharpened random target and a noisy copy of it."""
+    target = sharpened(Llama(tiny_config(vocab), rngs=nnx.Rngs(seed)), scale)
+    draft = perturbed(target, sigma, seed + 100)
+    return PureModel.of(target), PureModel.of(draft)

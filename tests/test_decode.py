@@ -1,0 +1,247 @@
+"""The decoding loop: greedy speculative output == greedy autoregressive output for every
+verifier, batches with mixed accepted lengths, stop tokens mid-draft, determinism, row
+independence, drafters and tree drafting."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from specjax import sampling
+from specjax.decode import DecodeConfig, Stream, generate
+from specjax.decode.loop import _init, _step, prepare
+from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.models import Llama
+from specjax.models.pure import PureModel, truncated
+from specjax.sampling import SamplingParams
+from tests.decode_pairs import pair, tiny_config
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
+CASES = [
+    ("greedy", 1),
+    ("token", 1),
+    ("block", 1),
+    ("specinfer", 1),
+    ("specinfer", 3),
+    ("spectr", 1),
+    ("spectr", 3),
+    ("gbv", 1),
+    ("gbv", 3),
+]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return pair(sigma=0.05)
+
+
+@pytest.fixture(scope="module")
+def autoregressive(models):
+    target, _ = models
+    out = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, max_new_tokens=30))
+    return out.tokens
+
+
+def _stop_token(rows):
+    """A token first appearing mid-way through row 0: stopping there ends the row mid-draft."""
+    row = rows[0]
+    for i in range(6, len(row)):
+        if row[i] not in row[:i]:
+            return row[i]
+    raise AssertionError("no fresh token in row 0")
+
+
+@pytest.mark.parametrize("verifier,k", CASES)
+def test_greedy_speculative_equals_autoregressive(models, autoregressive, verifier, k):
+    target, draft = models
+    cfg = DecodeConfig(verifier, GREEDY, max_new_tokens=30)
+    out = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3))
+    assert out.tokens == autoregressive
+    hist = out.metrics.accepted_length_histogram
+    assert hist[0] > 0 and hist[-1] > 0  # both rejections and whole accepted drafts occurred
+
+    stop = _stop_token(autoregressive)  # EOS reached mid-draft
+    cfg = DecodeConfig(verifier, GREEDY, max_new_tokens=30, stop_tokens=(stop,))
+    ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 30, (stop,)))
+    out = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3))
+    assert out.tokens == ar.tokens
+    assert ar.tokens[0][-1] == stop and len(ar.tokens[0]) < 30
+
+
+def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
+    target, draft = models
+    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    cfg = DecodeConfig("block", GREEDY, max_new_tokens=30)
+    padded, lengths, capacity, buffer = prepare(target, drafter, PROMPTS, cfg)
+    state = _init(
+        target,
+        drafter,
+        jnp.asarray(padded),
+        jnp.asarray(lengths),
+        jax.random.key(0),
+        capacity=capacity,
+        buffer=buffer,
+    )
+    mixed = False
+    while not bool(jnp.all(state.done)):
+        state = _step(target, drafter, state, cfg)
+        taus = set(np.asarray(state.last_accepted).tolist())
+        mixed |= {0, 3} <= taus
+    assert mixed
+    rows = [state.tokens[b, lengths[b] : state.lengths[b]].tolist() for b in range(3)]
+    assert rows == autoregressive
+
+
+@pytest.mark.parametrize("verifier", ["token", "block"])
+def test_ngram_drafter_greedy_equals_autoregressive(models, autoregressive, verifier):
+    target, _ = models
+    out = generate(
+        target, PROMPTS, DecodeConfig(verifier, GREEDY, 30), NgramDrafter(48, draft_len=4)
+    )
+    assert out.tokens == autoregressive
+    assert out.metrics.block_efficiency > 1.0  # greedy text repeats: lookups hit
+
+
+def test_ngram_proposals_have_variable_length():
+    tokens = jnp.array([[1, 2, 3, 4, 1, 2, 0, 0, 0], [5, 6, 7, 8, 9, 0, 0, 0, 0]], jnp.int32)
+    draft, _ = NgramDrafter(16, draft_len=4, max_ngram=2).propose(
+        (), None, tokens, jnp.array([6, 5])
+    )
+    np.testing.assert_array_equal(draft.num_draft, [[4], [0]])
+    np.testing.assert_array_equal(draft.tokens[0, 0], [3, 4, 1, 2])
+    np.testing.assert_array_equal(draft.tokens[1, 0], [-1, -1, -1, -1])
+    np.testing.assert_array_equal(draft.probs[0, 0].argmax(-1), [3, 4, 1, 2])
+    short, _ = NgramDrafter(16, draft_len=4).propose((), None, tokens, jnp.array([5, 5]))
+    np.testing.assert_array_equal(short.tokens[0, 0], [2, 3, 4, 1])  # "1" matched at 0
+
+
+def test_same_seed_same_output_and_rows_independent(models):
+    target, draft = models
+    t1 = SamplingParams(1.0)
+    cfg = DecodeConfig("gbv", t1, max_new_tokens=20)
+    run = lambda prompts, seed: generate(target, prompts, cfg, ModelDrafter(draft, t1, 2, 3), seed)
+    a = run(PROMPTS, 7).tokens
+    assert a == run(PROMPTS, 7).tokens
+    assert a != run(PROMPTS, 8).tokens
+    other = run([PROMPTS[0], [40, 41], [3, 3, 3, 3, 3, 3, 3, 3, 3, 3]], 7).tokens
+    assert other[0] == a[0]  # changing the other rows (and the padding) leaves row 0 alone
+
+
+def test_stream_yields_the_same_tokens_as_generate(models, autoregressive):
+    target, draft = models
+    stream = Stream(
+        target, PROMPTS, DecodeConfig("block", GREEDY, 30), ModelDrafter(draft, GREEDY, 1, 3)
+    )
+    rows = [[] for _ in PROMPTS]
+    for new in stream:
+        for r, toks in zip(rows, new, strict=True):
+            r.extend(toks)
+    assert rows == autoregressive == stream.result.tokens
+
+
+def test_max_new_tokens_and_metrics(models):
+    target, draft = models
+    out = generate(
+        target, PROMPTS, DecodeConfig("block", GREEDY, 7), ModelDrafter(draft, GREEDY, 1, 3)
+    )
+    assert [len(r) for r in out.tokens] == [7, 7, 7]
+    m = out.metrics
+    assert m.generated_tokens == 21
+    assert sum(m.accepted_length_histogram) == m.steps
+    assert m.block_efficiency == pytest.approx(1 + m.accepted_tokens / m.steps)
+    assert 0 <= m.acceptance_rate <= 1 and len(m.per_position_acceptance) == 3
+
+
+def test_tree_drafting_matches_chain_scoring(models):
+    """Each of K tree-grown paths gets exactly the draft laws of scoring that path alone."""
+    _, draft = models
+    t1 = SamplingParams(1.0)
+    drafter = ModelDrafter(draft, t1, num_paths=3, draft_len=4)
+    cfg = DecodeConfig("gbv", t1, 10)
+    padded, lengths, capacity, buffer = prepare(draft, drafter, PROMPTS, cfg)
+    state = _init(
+        draft,
+        drafter,
+        jnp.asarray(padded),
+        jnp.asarray(lengths),
+        jax.random.key(3),
+        capacity=capacity,
+        buffer=buffer,
+    )
+    out, _ = drafter.propose(state.draft_state, state.keys, state.tokens, state.lengths)
+    for b, prompt in enumerate(PROMPTS):
+        for k in range(3):
+            seq = jnp.asarray([prompt + out.tokens[b, k].tolist()])
+            logits = draft(seq)[0, len(prompt) - 1 : len(prompt) + 3]
+            want = sampling.probs_from_logits(logits, t1)
+            np.testing.assert_allclose(out.probs[b, k], want, atol=2e-6)
+
+
+def test_without_replacement_root_children_are_distinct(models):
+    _, draft = models
+    t1 = SamplingParams(1.0)
+    drafter = ModelDrafter(draft, t1, num_paths=4, draft_len=2, replacement=False)
+    cfg = DecodeConfig("specinfer", t1, 10, replacement=False)
+    padded, lengths, capacity, buffer = prepare(draft, drafter, PROMPTS, cfg)
+    state = _init(
+        draft,
+        drafter,
+        jnp.asarray(padded),
+        jnp.asarray(lengths),
+        jax.random.key(3),
+        capacity=capacity,
+        buffer=buffer,
+    )
+    out, _ = drafter.propose(state.draft_state, state.keys, state.tokens, state.lengths)
+    for b in range(3):
+        assert len(set(out.tokens[b, :, 0].tolist())) == 4
+
+
+def test_self_draft_is_the_first_layers(models):
+    target, _ = models
+    module = target.module
+    draft = truncated(module, 1)
+    assert draft.config.num_layers == 1 and draft.layers[0] is module.layers[0]
+    g = SamplingParams(0.0)
+    ar = generate(target, PROMPTS, DecodeConfig("autoregressive", g, 12))
+    out = generate(
+        target, PROMPTS, DecodeConfig("block", g, 12), ModelDrafter(PureModel.of(draft), g, 1, 2)
+    )
+    assert out.tokens == ar.tokens
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(verifier="nope"), "unknown verifier"),
+        (dict(verifier="block", num_paths=2), "verifies one chain"),
+        (dict(verifier="gbv", replacement=False), "i.i.d."),
+    ],
+)
+def test_bad_configurations_fail_clearly(models, kwargs, message):
+    target, draft = models
+    with pytest.raises(ValueError, match=message):
+        k = kwargs.pop("num_paths", 1)
+        cfg = DecodeConfig(**kwargs)
+        generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 2))
+
+
+def test_bad_inputs_fail_clearly(models):
+    target, draft = models
+    cfg = DecodeConfig("block", GREEDY, 10)
+    drafter = ModelDrafter(draft, GREEDY, 1, 2)
+    with pytest.raises(ValueError, match="exceed the model's max_seq_len"):
+        generate(target, [[1] * 250], cfg, drafter)
+    with pytest.raises(ValueError, match="empty"):
+        generate(target, [[]], cfg, drafter)
+    with pytest.raises(ValueError, match="outside"):
+        generate(target, [[1, 99]], cfg, drafter)
+    with pytest.raises(ValueError, match="share one tokenizer"):
+        generate(target, [[1]], cfg, NgramDrafter(50, 2))
+    with pytest.raises(ValueError, match="share one tokenizer"):
+        other = PureModel.of(Llama(tiny_config(vocab=50), rngs=nnx.Rngs(0)))
+        generate(target, [[1]], cfg, ModelDrafter(other, GREEDY, 1, 2))

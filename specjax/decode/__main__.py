@@ -24,7 +24,13 @@ def _parse(argv):
     """absl's flag parsing with one error line instead of a usage dump."""
     try:
         return flags.FLAGS(argv)
-    except flags.Error as err:
+    except (KeyError, AttributeError) as err:  # ml_collections: an override of a missing key
+        key = str(err).strip("\"'")
+        sys.exit(
+            f"error: unknown config key {key!r}; the keys are those of the config file "
+            "(see configs/shakespeare.py)"
+        )
+    except (flags.Error, ValueError, TypeError) as err:
         sys.exit(f"error: {err}")
 
 

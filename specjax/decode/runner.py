@@ -174,7 +174,8 @@ def run(cfg, out=sys.stdout) -> dict:
     completions = [tokenizer.decode(row) for row in tokens]
     if not cfg.stream:
         for i, (prompt, completion) in enumerate(zip(texts, completions, strict=True)):
-            out.write(f"--- row {i} ---\n{prompt}{completion}\n")
+            sep = "\n" if cfg.chat else ""
+            out.write(f"--- row {i} ---\n{prompt}{sep}{completion}\n")
     out.write(metrics.table() + "\n")
     if "greedy_matches_autoregressive" in record:
         same = record["greedy_matches_autoregressive"]

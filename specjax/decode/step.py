@@ -172,7 +172,10 @@ def speculative_step(target: PureModel, drafter, state: DecodeState, config: Dec
     tokens, lengths, done = commit_tokens(state, new, tau + 1, config)
 
     # Caches: keep the root and the accepted path's first tau nodes, contiguously.
-    cache = cache.compact(state.lengths, tree.path_slots(state.lengths, path, l_len), tau)
+    if k_paths > 1:
+        cache = cache.compact(state.lengths, tree.path_slots(state.lengths, path, l_len), tau)
+    else:  # a chain's accepted nodes already sit right after the root
+        cache = cache.rollback(state.lengths + tau)
     cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
     draft_state = drafter.commit(state.draft_state, draft_state, state.lengths, path, tau, active)
 

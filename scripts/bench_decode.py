@@ -13,13 +13,14 @@ side by side with the autoregressive baseline on the same prompts and ``max_new_
   ``token``, ``block`` on chains (K = 1); ``specinfer`` (i.i.d. paths), ``spectr``, ``gbv`` on
   K = 1, 2, 3, 4 paths; L = 2, 4, 6. No stop tokens: every row generates exactly
   ``--max_new_tokens``, so speculative and autoregressive runs produce the same number of tokens.
-* **timing** -- each generation is compiled once (compile time reported apart), run
-  ``--warmup`` times untimed (the metrics come from these deterministic runs), then timed in
-  rounds *interleaved* with the autoregressive baseline's compiled generation, so that both see
-  the same machine load (``--repeats`` rounds at least, more until a configuration's rounds take
-  ``--min_time`` seconds); speedup = median baseline time / median speculative time.
-  The program timed is exactly the one ``specjax.decode.generate`` compiles and runs
-  (``specjax.decode.loop._generate``), called as one executable per generation.
+* **timing** -- each generation is run ``--warmup`` times untimed (the first run compiles;
+  compile time is reported apart), then timed in rounds *interleaved* with the autoregressive
+  baseline's generation, so that both see the same machine load (``--repeats`` rounds at least,
+  more until a configuration's rounds take ``--min_time`` seconds); speedup = median baseline
+  time / median speculative time.
+  Every run is a call of ``specjax.decode.generate`` (jax caches its compiled executable after
+  the first call, so later calls only run it) and its time is ``metrics.seconds``: the compiled
+  program alone, one executable call per generation.
 * **loop overhead** -- for representative configurations (``--overhead``), the time of a whole
   generation against the sum of its model calls, each jitted and timed alone on the same inputs
   (the state after prefill): prefill, then per step the drafter's ``propose``, the target's tree
@@ -35,8 +36,10 @@ per verifier, one panel per temperature x K; accepted-length histograms of a rep
 configuration per verifier) into ``--plot_dir`` as ``decode_block_efficiency_<pair>.png`` and
 ``decode_histogram_<pair>.png`` (needs matplotlib, the ``[train]`` extra; skipped without it).
 
-The full grid (the default) takes roughly 35-50 minutes on 2 shared CPU cores; ``--quick`` is a
-smoke run (tiny grid, 16 new tokens) of a minute or two per pair. Run from the repository root:
+The full grid (the default: 87 Shakespeare and 35 SmolLM2 configurations, most of the time spent
+compiling them) should take about 40 minutes on 2 CPU cores (35-55 depending on other load; not
+yet run in full); ``--quick`` is a smoke run (tiny grid, 16 new tokens) of about two minutes per
+pair. Run from the repository root:
 
   python scripts/bench_decode.py --output=/tmp/bench_decode.md --plot_dir=benchmarks
 """
@@ -47,6 +50,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import inspect
 import itertools
 import os
 import pathlib
@@ -64,11 +68,20 @@ from absl import app, flags, logging
 
 import specjax
 from specjax import sampling, tree
-from specjax.decode import AUTOREGRESSIVE, DecodeConfig, loop
+from specjax.decode import (
+    AUTOREGRESSIVE,
+    DecodeConfig,
+    Generation,
+    generate,
+    init_state,
+    loop,
+    step,
+)
 from specjax.decode.metrics import Metrics
-from specjax.decode.runner import _load
-from specjax.decode.step import _split_keys, _verify_rows, cut_at_stop
+from specjax.decode.runner import load_model
+from specjax.decode.step import cut_at_stop, split_keys, verify_rows
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.models.fetch import FILENAME
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 
@@ -98,7 +111,7 @@ _MIN_TIME = flags.DEFINE_float(
 )
 _MAX_REPEATS = flags.DEFINE_integer("max_repeats", 20, "Timed rounds per configuration at most.")
 _WARMUP = flags.DEFINE_integer(
-    "warmup", 1, "Untimed runs of each compiled generation first (at least 1)."
+    "warmup", 1, "Untimed runs of each generation first, the first one compiling (at least 1)."
 )
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of every generation.")
 _OVERHEAD = flags.DEFINE_enum(
@@ -213,8 +226,8 @@ def _cycle(prompts: list[list[int]], batch: int) -> list[list[int]]:
 def load_pair(name: str, batch: int) -> Pair:
     if name == "shakespeare":
         base = pathlib.Path(_checkpoint(_SHAKESPEARE.value))
-        target_module, tokenizer = _load(str(base / "target"), "")
-        draft_module, _ = _load(str(base / "draft"), "")
+        target_module, tokenizer = load_model(str(base / "target"), "")
+        draft_module, _ = load_model(str(base / "draft"), "")
         target, draft = PureModel.of(target_module), PureModel.of(draft_module)
         prompts = [tokenizer.encode(t) for t in SHAKESPEARE_PROMPTS]
         used = _cycle(list(SHAKESPEARE_PROMPTS), batch)
@@ -231,7 +244,7 @@ def load_pair(name: str, batch: int) -> Pair:
             chain_only=False,
         )
     if name == "smollm2":
-        module, tokenizer = _load(_SMOLLM2.value, "")
+        module, tokenizer = load_model(_SMOLLM2.value, "")
         target = PureModel.of(module)
         vocab = target.config.vocab_size
         texts = [
@@ -242,11 +255,13 @@ def load_pair(name: str, batch: int) -> Pair:
         ]
         prompts = [tokenizer.encode(t) for t in texts]
         used = _cycle(prompts, batch)
+        source = FILENAME if _SMOLLM2.value == "smollm2" else pathlib.Path(_SMOLLM2.value).name
         return Pair(
             name=name,
             description=(
-                f"target `{target.config.name}` ({_params(target) / 1e6:.0f}M parameters, fp32), "
-                "n-gram drafter (max_ngram 3, min_ngram 1; one chain)"
+                f"target SmolLM2-135M-Instruct (`{source}`, {_params(target) / 1e6:.0f}M "
+                "parameters, dequantized to fp32), n-gram drafter (max_ngram 3, min_ngram 1; "
+                "one chain)"
             ),
             target=target,
             make_drafter=lambda sp, k, l: NgramDrafter(vocab, l, 3, 1),
@@ -310,50 +325,68 @@ class Totals:
 TOTALS = Totals()
 
 
-def interleaved(calls: dict[str, tuple[Callable[[], Any], int]], rounds: int) -> dict:
-    """Wall times (s) of ``name: (fn, calls per round)``, the names timed in turn each round."""
+def interleaved(calls: dict[str, tuple[Callable[[], float], int]], rounds: int) -> dict:
+    """Seconds returned by ``name: (fn, calls per round)``, the names called in turn each round."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, (fn, count) in calls.items():
-            for _ in range(count):
-                start = time.perf_counter()
-                jax.block_until_ready(fn())
-                samples[name].append(time.perf_counter() - start)
+            samples[name] += [fn() for _ in range(count)]
     return samples
 
 
-class CompiledGeneration:
-    """The program :func:`specjax.decode.generate` runs, compiled once and callable repeatedly."""
+def wall(fn: Callable[[], Any]) -> Callable[[], float]:
+    """``fn`` made to return its wall time (results waited for)."""
+
+    def timed() -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        return time.perf_counter() - start
+
+    return timed
+
+
+class Generator:
+    """Repeated :func:`specjax.decode.generate` calls of one configuration.
+
+    The first call compiles (``compile_s``); jax caches the executable, so later calls only run
+    it. Each run returns ``metrics.seconds``: the compiled program alone, from the call to the
+    final state, as ``generate`` measures it (preparing inputs and reading outputs excluded).
+    """
 
     def __init__(self, target: PureModel, drafter, prompts, config: DecodeConfig, seed: int):
-        drafter = drafter if config.speculative else None
-        padded, lengths, capacity, buffer = loop.prepare(target, drafter, prompts, config)
-        self.target, self.drafter, self.config = target, drafter, config
-        self.args = (target, drafter, jnp.asarray(padded), jnp.asarray(lengths))
-        self.key = jax.random.key(seed)
-        self.capacity, self.buffer = capacity, buffer
-        start = time.perf_counter()
-        self.executable = loop._generate.lower(
-            *self.args, self.key, config=config, capacity=capacity, buffer=buffer
-        ).compile()
-        self.compile_s = time.perf_counter() - start
+        self.target, self.config, self.seed = target, config, seed
+        self.drafter = drafter if config.speculative else None
+        self.prompts = prompts
+        self.last: Generation = generate(target, prompts, config, self.drafter, seed)
+        self.compile_s = self.last.compile_seconds
         TOTALS.compile_s += self.compile_s
-        self.state = None
-
-    def run(self):
-        self.state = self.executable(*self.args, self.key)
         TOTALS.generations += 1
-        return self.state
 
-    def metrics(self, seconds: float) -> Metrics:
-        return Metrics.from_state(self.state, seconds)
+    def run(self) -> float:
+        self.last = generate(self.target, self.prompts, self.config, self.drafter, self.seed)
+        TOTALS.generations += 1
+        return self.last.metrics.seconds
 
-    def tokens(self) -> list[list[int]]:
-        return loop.outputs(self.state)
-
-    def hlo_facts(self) -> dict[str, int]:
-        """Counts in the optimized HLO: while loops and host-communication ops."""
-        text = self.executable.as_text()
+    def hlo_facts(self) -> dict[str, int] | None:
+        """Counts in the optimized HLO of the program ``generate`` compiled (its cached
+        executable): ``while`` loops and host-communication ops; None if it cannot be reached
+        (it goes through ``specjax.decode.loop``'s private jitted program)."""
+        try:
+            padded, lengths, capacity, buffer = loop.prepare(
+                self.target, self.drafter, self.prompts, self.config
+            )
+            fn = loop._generate
+            params = inspect.signature(fn.__wrapped__).parameters
+            args = [self.target, self.drafter, jnp.asarray(padded), jnp.asarray(lengths)]
+            args.append(jnp.asarray(self.seed, jnp.int32) if "seed" in params else None)
+            if "key" in params:
+                args[-1] = jax.random.key(self.seed)
+            static = dict(config=self.config, capacity=capacity, buffer=buffer)
+            static |= {k: v for k, v in (("mesh", None), ("draft_tp", False)) if k in params}
+            text = fn.lower(*args, **static).compile().as_text()
+        except Exception as err:  # a refactored private API: report, do not fail the run
+            log(f"could not inspect the compiled program: {err!r}")
+            return None
         return {
             "while": text.count(" while("),
             "host": sum(
@@ -365,9 +398,13 @@ class CompiledGeneration:
 # Model calls timed alone (loop overhead). Each is one jitted call on the state after prefill.
 
 
+_init = jax.jit(init_state, static_argnames=("capacity", "buffer"))
+_step = jax.jit(step, static_argnames=("config",))
+
+
 @jax.jit
 def _propose(drafter, state):
-    _, k_draft, _ = _split_keys(state.keys, 3)
+    _, k_draft, _ = split_keys(state.keys, 3)
     return drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
 
 
@@ -390,12 +427,12 @@ def _tree_forward(target, cache, lengths, feed, positions, mask):
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def _verify(config, state, draft, logits):
-    _, _, k_verify = _split_keys(state.keys, 3)
+    _, _, k_verify = split_keys(state.keys, 3)
     num_draft = cut_at_stop(draft, config.stop_tokens)
     probs = sampling.probs_from_logits(logits, config.sampling)
     k, l = draft.tokens.shape[1:]
     target_probs = probs[:, jnp.asarray(tree.node_index(k, l))]
-    return _verify_rows(config, k_verify, draft, num_draft, target_probs)
+    return verify_rows(config, k_verify, draft, num_draft, target_probs)
 
 
 @functools.partial(jax.jit, static_argnames=("params",), donate_argnums=(1,))
@@ -416,15 +453,14 @@ def _copy(tree_):
     return jax.tree.map(jnp.copy, tree_)
 
 
-def measure_overhead(gen: CompiledGeneration, steps: int) -> dict:
+def measure_overhead(gen: Generator, steps: int) -> dict:
     """Times one whole generation against its model calls alone (see the module docstring)."""
     target, drafter, config = gen.target, gen.drafter, gen.config
-    _, _, prompts, lengths = gen.args
+    padded, lengths, capacity, buffer = loop.prepare(target, drafter, gen.prompts, config)
+    prompts, lengths, key = jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(gen.seed)
 
     def prefill():
-        return loop._init(
-            target, drafter, prompts, lengths, gen.key, capacity=gen.capacity, buffer=gen.buffer
-        )
+        return _init(target, drafter, prompts, lengths, key, capacity=capacity, buffer=buffer)
 
     state = jax.block_until_ready(prefill())
     base = state.target_cache.lengths
@@ -449,7 +485,7 @@ def measure_overhead(gen: CompiledGeneration, steps: int) -> dict:
         calls["forward"] = forward
         calls["verify"] = lambda: _verify(config, state, draft, logits)
     else:
-        _, k_sample = _split_keys(state.keys, 2)
+        _, k_sample = split_keys(state.keys, 2)
         last = jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
 
         def decode():
@@ -459,16 +495,14 @@ def measure_overhead(gen: CompiledGeneration, steps: int) -> dict:
             return out
 
         calls["decode"] = decode
-    calls["step"] = lambda: loop._step(target, drafter, state, config)
+    calls["step"] = lambda: _step(target, drafter, state, config)
     # One jitted call that takes the same pytrees and does nothing: the cost of a dispatch.
     calls["dispatch"] = lambda: _noop(target, drafter, state)
     for fn in calls.values():  # compile (first call) and warm up
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        TOTALS.compile_s += time.perf_counter() - start
-        jax.block_until_ready(fn())
+        TOTALS.compile_s += wall(fn)()
+        fn()
     reps = _COMPONENT_REPEATS.value
-    timed = {"generate": (gen.run, 1)} | {name: (fn, reps) for name, fn in calls.items()}
+    timed = {"generate": (gen.run, 1)} | {name: (wall(fn), reps) for name, fn in calls.items()}
     samples = interleaved(timed, _OVERHEAD_ROUNDS.value)
     med = {name: statistics.median(t) for name, t in samples.items()}
     per_step = [n for n in ("propose", "forward", "verify", "decode") if n in med]
@@ -524,13 +558,12 @@ def run_pair(pair: Pair, temperature: float, grid: dict, rows: list, overheads: 
     """Runs every configuration of one pair at one temperature; returns the baseline summary."""
     sp = SamplingParams(temperature=temperature)
     max_new = _MAX_NEW.value
-    ar_gen = CompiledGeneration(
-        pair.target, None, pair.prompts, DecodeConfig(AUTOREGRESSIVE, sp, max_new), _SEED.value
-    )
-    warm = interleaved({"ar": (ar_gen.run, 1)}, max(_WARMUP.value, 1))["ar"]
+    ar_config = DecodeConfig(AUTOREGRESSIVE, sp, max_new)
+    ar_gen = Generator(pair.target, None, pair.prompts, ar_config, _SEED.value)
+    warm = [ar_gen.last.metrics.seconds] + [ar_gen.run() for _ in range(_WARMUP.value - 1)]
     ar_estimate = min(warm)
-    ar_tokens = ar_gen.tokens()
-    ar_steps = ar_gen.metrics(1.0).target_forwards
+    ar_tokens = ar_gen.last.tokens
+    ar_steps = ar_gen.last.metrics.target_forwards
     ar_times: list[float] = []
     cases = cases_for(pair, temperature, grid["verifiers"], grid["paths"], grid["lengths"])
     if _OVERHEAD.value == "all":
@@ -549,16 +582,20 @@ def run_pair(pair: Pair, temperature: float, grid: dict, rows: list, overheads: 
     for i, case in enumerate(cases):
         config = DecodeConfig(case.verifier, sp, max_new)
         drafter = pair.make_drafter(sp, case.k, case.l)
-        gen = CompiledGeneration(pair.target, drafter, pair.prompts, config, _SEED.value)
+        gen = Generator(pair.target, drafter, pair.prompts, config, _SEED.value)
         if hlo is None:
-            hlo = gen.hlo_facts()
-        warm = interleaved({"spec": (gen.run, 1)}, max(_WARMUP.value, 1))["spec"]
+            hlo = gen.hlo_facts() or {}
+        warm = [gen.last.metrics.seconds] + [gen.run() for _ in range(_WARMUP.value - 1)]
         rounds = int(np.ceil(_MIN_TIME.value / (ar_estimate + min(warm))))
         rounds = max(_REPEATS.value, min(rounds, _MAX_REPEATS.value))
         samples = interleaved({"ar": (ar_gen.run, 1), "spec": (gen.run, 1)}, rounds)
         ar_times += samples["ar"]
-        metrics = gen.metrics(statistics.median(samples["spec"]))
-        same = gen.tokens() == ar_tokens if sp.greedy else None
+        seconds = statistics.median(samples["spec"])
+        m = gen.last.metrics
+        metrics = dataclasses.replace(
+            m, seconds=seconds, tokens_per_second=m.generated_tokens / seconds
+        )
+        same = gen.last.tokens == ar_tokens if sp.greedy else None
         row = Row(
             pair.name,
             temperature,
@@ -583,14 +620,14 @@ def run_pair(pair: Pair, temperature: float, grid: dict, rows: list, overheads: 
             )
         del gen
     if not ar_times:  # no speculative configuration: time the baseline alone
-        ar_times = interleaved({"ar": (ar_gen.run, 1)}, _REPEATS.value)["ar"]
+        ar_times = [ar_gen.run() for _ in range(_REPEATS.value)]
     tokens = sum(len(r) for r in ar_tokens)
     return {
         "tok_s": tokens / statistics.median(ar_times),
         "tok_s_range": (tokens / max(ar_times), tokens / min(ar_times)),
         "runs": len(ar_times),
         "compile_s": ar_gen.compile_s,
-        "hlo": hlo if hlo is not None else ar_gen.hlo_facts(),
+        "hlo": hlo if hlo is not None else (ar_gen.hlo_facts() or {}),
     }
 
 
@@ -757,6 +794,8 @@ def overhead_table(overheads: list, hlo: dict[str, dict]) -> str:
     met = sum(d["overhead"] < OVERHEAD_GOAL for *_, d in overheads)
     facts = "; ".join(
         f"{name}: {f['while']} `while` op(s), {f['host']} host-communication ops"
+        if f
+        else f"{name}: not inspected"
         for name, f in hlo.items()
     )
     return (
@@ -825,7 +864,9 @@ def make_plots(pairs: dict[str, Pair], rows: list[Row], grid: dict, plot_dir: st
             ax.axhline(1.0, color="gray", ls="--", lw=0.8)
             ax.set_title(f"T = {t:g}, K = {k}")
             ax.set_xlabel("draft length L")
-            ax.set_xticks(sorted({r.case.l for r in mine}))
+            all_l = sorted({r.case.l for r in mine})
+            ax.set_xticks(all_l)
+            ax.set_xlim(all_l[0] - 1, all_l[-1] + 1)
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("block efficiency (tokens / target call)")
@@ -925,6 +966,8 @@ def main(argv):
         raise app.UsageError(f"unknown --verifiers {sorted(unknown)}")
     if min(grid["paths"]) < 1 or min(grid["lengths"]) < 1 or _BATCH.value < 1:
         raise app.UsageError("--paths, --lengths and --batch must be >= 1")
+    if _WARMUP.value < 1:
+        raise app.UsageError("--warmup must be >= 1 (the first run compiles)")
     if _REPEATS.value < 1 or _OVERHEAD_ROUNDS.value < 1 or _COMPONENT_REPEATS.value < 1:
         raise app.UsageError("--repeats, --overhead_rounds and --component_repeats must be >= 1")
 
@@ -955,9 +998,10 @@ def main(argv):
         f"### Decoding benchmark{quick}\n\n"
         f"`{command}` on {machine()}, {datetime.date.today().isoformat()}; `specjax` sources "
         f"sha256 {digest}. Grid: temperatures {grid['temperatures']}, verifiers "
-        f"{grid['verifiers']}, K {grid['paths']} (multi-path verifiers only), L {grid['lengths']}, "
+        f"{grid['verifiers']} (greedy at temperature 0 only), K {grid['paths']} (multi-path "
+        f"verifiers with the model drafter; K = 1 otherwise), L {grid['lengths']}, "
         f"{_MAX_NEW.value} new tokens, batch {_BATCH.value}, seed {_SEED.value}; each generation "
-        f"run {max(_WARMUP.value, 1)} time(s) untimed, then timed in rounds interleaved with "
+        f"run {_WARMUP.value} time(s) untimed, then timed in rounds interleaved with "
         f"the autoregressive baseline (at least {_REPEATS.value}, more until a configuration's "
         f"rounds take about {_MIN_TIME.value:g} s, at most {_MAX_REPEATS.value}; `runs` column), "
         "median. Block efficiency = tokens per target "

@@ -44,8 +44,8 @@ def perturbed(model: Llama, sigma: float, seed: int) -> Llama:
     return nnx.merge(graphdef, jax.tree.unflatten(treedef, noisy))
 
 
-def pair(vocab: int = 48, sigma: float = 0.15, scale: float = 4.0, seed: int = 0):
+def pair(vocab: int = 48, sigma: float = 0.15, scale: float = 4.0, seed: int = 0, **config):
     """``(target, draft)`` PureModels: a sharpened random target and a noisy copy of it."""
-    target = sharpened(Llama(tiny_config(vocab), rngs=nnx.Rngs(seed)), scale)
+    target = sharpened(Llama(tiny_config(vocab, **config), rngs=nnx.Rngs(seed)), scale)
     draft = perturbed(target, sigma, seed + 100)
     return PureModel.of(target), PureModel.of(draft)

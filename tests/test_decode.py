@@ -220,6 +220,7 @@ def test_self_draft_is_the_first_layers(models):
         (dict(verifier="nope"), "unknown verifier"),
         (dict(verifier="block", num_paths=2), "verifies one chain"),
         (dict(verifier="gbv", replacement=False), "i.i.d."),
+        (dict(verifier="greedy", sampling=SamplingParams(1.0)), "temperature 0 only"),
     ],
 )
 def test_bad_configurations_fail_clearly(models, kwargs, message):

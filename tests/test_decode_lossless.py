@@ -5,8 +5,10 @@ top-p) and the n-gram drafter."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -90,10 +92,22 @@ def test_generated_sequences_follow_the_target_law(
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) > 1e-3
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LyingDrafter(ModelDrafter):
+    """Declares uniform draft laws whatever it sampled from: verification becomes biased."""
+
+    def propose(self, *args):
+        draft, state = super().propose(*args)
+        return draft._replace(probs=jnp.full_like(draft.probs, 1.0 / V)), state
+
+
 def test_the_test_detects_a_biased_sampler(pair):
-    """Greedy verification at temperature 1 is not the target law: the test must say so."""
+    """Block verification fed draft_probs that are not the law the draft tokens came from is
+    not the target law: the chi-square test must say so."""
     target, draft = pair
     params = sampling.SamplingParams(1.0)
-    cfg = DecodeConfig("greedy", params, max_new_tokens=NEW)
-    out = generate(target, [PROMPT] * ROWS, cfg, ModelDrafter(draft, params, 1, 2), seed=1)
+    cfg = DecodeConfig("block", params, max_new_tokens=NEW)
+    lying = LyingDrafter(draft, params, 1, 2)
+    out = generate(target, [PROMPT] * ROWS, cfg, lying, seed=1)
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6

@@ -36,6 +36,11 @@ class DecodeConfig:
             verify.get(self.verifier)  # raises, listing the known names
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.verifier == "greedy" and not self.sampling.greedy:
+            raise ValueError(
+                f"verifier 'greedy' decodes at temperature 0 only (got temperature "
+                f"{self.sampling.temperature}); set temperature=0 or use token or block"
+            )
         if not self.replacement and self.verifier not in ("specinfer", AUTOREGRESSIVE):
             raise ValueError(
                 f"verifier {self.verifier!r} assumes i.i.d. draft paths; set replacement=True "

@@ -12,11 +12,14 @@ from collections.abc import Iterator, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from specjax import sharding
 from specjax.decode.config import DecodeConfig
 from specjax.decode.metrics import Metrics
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, step
+from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel
 
 
@@ -88,13 +91,53 @@ def prepare(target: PureModel, drafter, prompts: Sequence[Sequence[int]], config
     return padded, np.asarray(lengths, np.int32), capacity, buffer
 
 
-@functools.partial(jax.jit, static_argnames=("config", "capacity", "buffer"))
-def _generate(target, drafter, prompts, prompt_lengths, key, config, capacity, buffer):
+def _constrain(state: DecodeState, mesh, draft_tp: bool) -> DecodeState:
+    """Keeps the state on its mesh layout: rows over ``data``, KV heads over ``model``."""
+    rows = lambda x: jax.lax.with_sharding_constraint(x, sharding.batch_sharding(mesh, x.ndim))
+    fields = {
+        f.name: jax.tree.map(rows, getattr(state, f.name))
+        for f in dataclasses.fields(state)
+        if f.name not in ("target_cache", "draft_state")
+    }
+    draft = state.draft_state
+    if isinstance(draft, KVCache):
+        draft = sharding.constrain_cache(draft, mesh, draft_tp)
+    cache = sharding.constrain_cache(state.target_cache, mesh, True)
+    return state.replace(**fields, target_cache=cache, draft_state=draft)
+
+
+def _program(
+    target, drafter, prompts, prompt_lengths, seed, *, config, capacity, buffer, mesh, draft_tp
+):
+    """The whole generation: prefill, then ``step`` under ``lax.while_loop`` until all done."""
     state = init_state(
-        target, drafter, prompts, prompt_lengths, key, capacity=capacity, buffer=buffer
+        target,
+        drafter,
+        prompts,
+        prompt_lengths,
+        jax.random.key(seed),
+        capacity=capacity,
+        buffer=buffer,
     )
-    body = lambda s: step(target, drafter, s, config)
-    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state)
+    constrain = (lambda s: s) if mesh is None else (lambda s: _constrain(s, mesh, draft_tp))
+    body = lambda s: constrain(step(target, drafter, s, config))
+    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, constrain(state))
+    return state.replace(target_cache=None, draft_state=None)  # the caches stay on device
+
+
+_STATIC = ("config", "capacity", "buffer", "mesh", "draft_tp")
+_generate = jax.jit(_program, static_argnames=_STATIC)
+
+
+def _compile(args, mesh, draft_tp, **static):
+    """AOT-compiles the program; with a mesh, under explicit in/out shardings."""
+    if mesh is None:
+        return _generate.lower(*args, mesh=None, draft_tp=False, **static).compile()
+    in_shardings = jax.tree.map(lambda x: x.sharding, args)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    fn = functools.partial(_program, mesh=mesh, draft_tp=draft_tp, **static)
+    jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=replicated)
+    return jitted.lower(*args).compile()
 
 
 def outputs(state: DecodeState) -> list[list[int]]:
@@ -110,6 +153,7 @@ def generate(
     config: DecodeConfig,
     drafter=None,
     seed: int = 0,
+    mesh: Mesh | None = None,
 ) -> Generation:
     """Generates for every prompt as ONE compiled program (prefill + ``lax.while_loop``).
 
@@ -120,20 +164,44 @@ def generate(
       drafter: a drafter (:class:`~specjax.drafters.ModelDrafter`,
         :class:`~specjax.drafters.NgramDrafter`) or None for autoregressive decoding.
       seed: the PRNG seed; row b draws from ``fold_in(key(seed), b)``.
+      mesh: a device mesh (:func:`specjax.sharding.make_mesh`) or None for one device. With a
+        mesh, the models must already be placed on it (:func:`specjax.sharding.shard_module`;
+        the target tensor-parallel, the draft tensor-parallel or replicated); prompts are split
+        over ``data``, KV caches over ``data`` and ``model``, and the program is compiled with
+        explicit in/out shardings. Outputs are replicated, so every process can read them.
 
     Returns:
       A :class:`Generation`; ``metrics.seconds`` times the compiled run alone.
     """
     drafter = drafter if config.speculative else None
     padded, lengths, capacity, buffer = prepare(target, drafter, prompts, config)
-    args = (target, drafter, jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(seed))
+    seed = np.asarray(seed, np.int32)
+    draft_tp = False
+    if mesh is None:
+        args = (target, drafter, jnp.asarray(padded), jnp.asarray(lengths), jnp.asarray(seed))
+    else:
+        sharding.check_batch(len(prompts), mesh)
+        sharding.check_model(target.config, mesh)
+        draft_tp = _is_tensor_parallel(drafter)
+        place = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
+        replicated = NamedSharding(mesh, PartitionSpec())
+        args = (target, drafter, place(padded), place(lengths), sharding.put(seed, replicated))
+    static = dict(config=config, capacity=capacity, buffer=buffer)
     start = time.perf_counter()
-    compiled = _generate.lower(*args, config=config, capacity=capacity, buffer=buffer).compile()
+    compiled = _compile(args, mesh, draft_tp, **static)
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
     state = jax.block_until_ready(compiled(*args))
     seconds = time.perf_counter() - start
     return Generation(outputs(state), Metrics.from_state(state, seconds), compile_seconds)
+
+
+def _is_tensor_parallel(drafter) -> bool:
+    """Whether a model drafter's weights are split over the mesh (else replicated)."""
+    model = getattr(drafter, "model", None)
+    if model is None:
+        return False
+    return any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(model.state))
 
 
 _init = jax.jit(init_state, static_argnames=("capacity", "buffer"))

@@ -29,7 +29,7 @@ from specjax.sampling import SamplingParams
 DRAFTERS = ("model", "ngram", "self", "none")
 
 
-def _load(path: str, dtype: str):
+def load_model(path: str, dtype: str):
     """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``."""
     if path.startswith("random:"):
         return random_model(int(path.split(":", 1)[1])), ByteTokenizer()
@@ -65,7 +65,7 @@ def build(cfg):
         raise ValueError(f"unknown drafter {cfg.drafter!r}; choose one of {', '.join(DRAFTERS)}")
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
-    target_module, tokenizer = _load(cfg.target, cfg.dtype)
+    target_module, tokenizer = load_model(cfg.target, cfg.dtype)
     stop = ()
     if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
         stop = (tokenizer.eos_id,)
@@ -81,7 +81,7 @@ def build(cfg):
         if cfg.drafter == "self":
             draft_module = truncated(target_module, cfg.draft_layers)
         else:
-            draft_module, _ = _load(cfg.draft, cfg.dtype)
+            draft_module, _ = load_model(cfg.draft, cfg.dtype)
             if draft_module.config.vocab_size != target.config.vocab_size:
                 raise ValueError(
                     f"draft vocab_size {draft_module.config.vocab_size} != target vocab_size "

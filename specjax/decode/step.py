@@ -86,7 +86,7 @@ def commit_tokens(
     return tokens, jnp.where(active, lengths, state.lengths), done
 
 
-def _split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
+def split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
     split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
     return tuple(split[:, i] for i in range(num))
 
@@ -97,7 +97,7 @@ def _last_tokens(state: DecodeState) -> Array:  # [B, 1] the token the target ha
 
 def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeConfig):
     """One target token per active row, sampled exactly as the speculative step's target law."""
-    keys, k_sample = _split_keys(state.keys, 2)
+    keys, k_sample = split_keys(state.keys, 2)
     logits, cache = target(_last_tokens(state), cache=state.target_cache)  # [B, 1, V]
     probs = sampling.probs_from_logits(logits[:, 0], config.sampling)  # [B, V]
     token = jax.vmap(sampling.sample)(k_sample, probs)  # [B]
@@ -126,7 +126,7 @@ def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
     return jnp.minimum(draft.num_draft, first).astype(jnp.int32)
 
 
-def _verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_probs):
+def verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_probs):
     """Runs the verifier on each row with its own key (rows never share randomness)."""
     fn = verify.get(config.verifier)
     if config.verifier == "specinfer":
@@ -146,7 +146,7 @@ def speculative_step(target: PureModel, drafter, state: DecodeState, config: Dec
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     k_paths, l_len = drafter.num_paths, drafter.draft_len
     b = state.batch
-    keys, k_draft, k_verify = _split_keys(state.keys, 3)
+    keys, k_draft, k_verify = split_keys(state.keys, 3)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
 
@@ -160,7 +160,7 @@ def speculative_step(target: PureModel, drafter, state: DecodeState, config: Dec
     logits, cache = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
     probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
     target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
-    result = _verify_rows(config, k_verify, draft, num_draft, target_probs)
+    result = verify_rows(config, k_verify, draft, num_draft, target_probs)
     tau, path = result.num_accepted, result.path  # [B], [B]
 
     # Commit the accepted prefix of the followed path and the next token.

@@ -1,0 +1,124 @@
+"""Run on 8 emulated CPU devices (a subprocess of tests/test_sharding.py): sharded decoding over a
+2 x 4 ('data', 'model') mesh gives the single-device tokens, with parameters and caches split."""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+
+from specjax import sharding
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.loop import _constrain, prepare
+from specjax.decode.step import init_state
+from specjax.drafters import ModelDrafter
+from specjax.models.pure import PureModel
+from specjax.sampling import SamplingParams
+from tests.decode_pairs import pair
+
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12], [4, 4, 4, 4]]
+GREEDY = SamplingParams(0.0)
+
+
+def placed(model: PureModel, mesh, replicated: bool) -> PureModel:
+    module = model.module
+    return PureModel.of(sharding.shard_module(module, mesh, replicated))
+
+
+def main(which: str) -> None:
+    assert len(jax.devices()) == 8, jax.devices()
+    mesh = sharding.make_mesh("2,4")
+    target, draft = pair(sigma=0.05, num_heads=8, num_kv_heads=4)
+    s_target = placed(target, mesh, replicated=False)
+    s_draft_tp = placed(draft, mesh, replicated=False)
+    s_draft_rep = placed(draft, mesh, replicated=True)
+
+    if which in ("all", "shapes"):
+        wq = s_target.module.layers[0].attn.wq[...]  # [D, H, E] heads over model
+        assert sharding.shard_shapes(wq)[0] == (32, 2, 4), sharding.shard_shapes(wq)
+        embed = s_target.module.embed[...]  # [V, D] vocab over model
+        assert sharding.shard_shapes(embed)[0] == (12, 32)
+        w_down = s_target.module.layers[0].mlp.w_down[...]  # [F, D] row-parallel
+        assert sharding.shard_shapes(w_down)[0] == (16, 32)
+        assert sharding.shard_shapes(s_draft_rep.module.embed[...])[0] == (48, 32)
+        drafter = ModelDrafter(s_draft_tp, GREEDY, 3, 2)
+        cfg = DecodeConfig("gbv", GREEDY, 8)
+        padded, lengths, capacity, buffer = prepare(s_target, drafter, PROMPTS, cfg)
+        rows = sharding.batch_sharding(mesh, 2)
+        init = jax.jit(
+            lambda t, d, p, n: _constrain(
+                init_state(t, d, p, n, jax.random.key(0), capacity=capacity, buffer=buffer),
+                mesh,
+                True,
+            )
+        )
+        state = init(
+            s_target,
+            drafter,
+            sharding.put(padded, rows),
+            sharding.put(lengths, sharding.batch_sharding(mesh, 1)),
+        )
+        k = state.target_cache.k  # [N, B, S, G, E]: rows over data, KV heads over model
+        n, b, s, g, e = k.shape
+        assert set(sharding.shard_shapes(k)) == {(n, b // 2, s, g // 4, e)}
+        assert set(sharding.shard_shapes(state.draft_state.k)) == {(n - 0, b // 2, s, 1, e)}
+        assert set(sharding.shard_shapes(state.tokens)) == {(b // 2, state.tokens.shape[1])}
+        print("shapes-ok")
+
+    if which in ("all", "greedy"):
+        cases = [
+            ("greedy", 1),
+            ("token", 1),
+            ("block", 1),
+            ("specinfer", 3),
+            ("spectr", 3),
+            ("gbv", 1),
+            ("gbv", 3),
+        ]
+        for verifier, k in cases:
+            cfg = DecodeConfig(verifier, GREEDY, 16)
+            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3)).tokens
+            d = s_draft_tp if k == 3 else s_draft_rep
+            got = generate(s_target, PROMPTS, cfg, ModelDrafter(d, GREEDY, k, 3), mesh=mesh)
+            assert got.tokens == want, (verifier, k, got.tokens, want)
+        ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 16)).tokens
+        assert ar == want
+        print("greedy-ok")
+
+    if which in ("all", "sampled"):
+        t1 = SamplingParams(1.0)
+        for verifier, k in [("block", 1), ("specinfer", 2)]:
+            cfg = DecodeConfig(verifier, t1, 16)
+            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, t1, k, 3), seed=3).tokens
+            got = generate(
+                s_target, PROMPTS, cfg, ModelDrafter(s_draft_rep, t1, k, 3), seed=3, mesh=mesh
+            ).tokens
+            assert got == want, (verifier, got, want)
+        print("sampled-ok")
+
+    if which in ("all", "errors"):
+        for shape in ("3,3", "16"):
+            try:
+                sharding.make_mesh(shape, ("data", "model")[: len(shape.split(","))])
+            except ValueError as err:
+                assert "devices" in str(err) and "8" in str(err), err
+            else:
+                raise AssertionError(f"mesh {shape} accepted")
+        bad_target, _ = pair(num_heads=6, num_kv_heads=2, dim=48)
+        try:
+            generate(bad_target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 4), mesh=mesh)
+        except ValueError as err:
+            assert "num_heads 6" in str(err) and "model axis 4" in str(err), err
+        else:
+            raise AssertionError("6 heads over a model axis of 4 accepted")
+        try:
+            generate(s_target, PROMPTS[:3], DecodeConfig("autoregressive", GREEDY, 4), mesh=mesh)
+        except ValueError as err:
+            assert "batch size 3" in str(err) and "data axis 2" in str(err), err
+        else:
+            raise AssertionError("batch 3 over a data axis of 2 accepted")
+        print("errors-ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "all")

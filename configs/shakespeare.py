@@ -46,4 +46,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.compare_autoregressive = False  # also decode autoregressively: speedup, greedy check
     c.metrics_json = ""  # write metrics + generated ids here (atomically)
     c.output = ""  # write the generated texts here (atomically)
+    # Devices (see README "Sharded and multi-host decoding").
+    c.mesh_shape = ""  # e.g. "2,4": a (data, model) mesh; "" = one device
+    c.mesh_axes = "data,model"
+    c.draft_placement = "replicated"  # replicated | sharded (tensor-parallel like the target)
+    c.num_cpu_devices = 0  # > 0: emulate this many CPU devices (testing meshes on one CPU)
+    c.coordinator_address = ""  # multi-process: host:port of process 0, or "auto"
+    c.num_processes = 1
+    c.process_id = 0
     return c

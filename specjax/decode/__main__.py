@@ -15,7 +15,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from specjax.decode import runner
+from specjax.decode import placement, runner
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
 
@@ -40,8 +40,12 @@ def main(argv):
     if _CONFIG.value is None:
         sys.exit("error: --config is required, e.g. --config configs/shakespeare.py")
     logging.set_verbosity(logging.WARNING)
+    cfg = _CONFIG.value
     try:
-        runner.run(_CONFIG.value)
+        placement.initialize(
+            cfg.coordinator_address, cfg.num_processes, cfg.process_id, cfg.num_cpu_devices
+        )
+        runner.run(cfg)
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write("\ninterrupted: no output file was written\n")

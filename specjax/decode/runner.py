@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
+from specjax import sharding
+from specjax.decode import placement
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
@@ -27,12 +29,19 @@ from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 
 DRAFTERS = ("model", "ngram", "self", "none")
+PLACEMENTS = ("replicated", "sharded")
 
 
-def load_model(path: str, dtype: str):
-    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``."""
+def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
+    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``; with a mesh,
+    the parameters are placed on it (tensor-parallel, or replicated)."""
     if path.startswith("random:"):
-        return random_model(int(path.split(":", 1)[1])), ByteTokenizer()
+        module = random_model(int(path.split(":", 1)[1]))
+        if mesh is not None:
+            if not replicated:
+                sharding.check_model(module.config, mesh)
+            sharding.shard_module(module, mesh, replicated)
+        return module, ByteTokenizer()
     if path == "smollm2":
         path = str(fetch_smollm2())
     if not Path(path).exists():
@@ -40,6 +49,8 @@ def load_model(path: str, dtype: str):
             f"checkpoint {path!r} not found; give a specjax checkpoint directory, a .gguf file, "
             "a Hugging Face directory, 'smollm2' or 'random:<seed>'"
         )
+    if mesh is not None:
+        return placement.load_on_mesh(path, dtype or None, mesh, replicated)
     pre = load_pretrained(path, dtype or None)
     return pre.model, pre.tokenizer
 
@@ -50,8 +61,8 @@ def random_model(seed: int, num_layers: int = 2) -> Llama:
         vocab_size=256,
         dim=64,
         num_layers=num_layers,
-        num_heads=4,
-        num_kv_heads=2,
+        num_heads=8,
+        num_kv_heads=4,
         ffn_dim=128,
         max_seq_len=1024,
         name=f"random-{seed}",
@@ -59,13 +70,26 @@ def random_model(seed: int, num_layers: int = 2) -> Llama:
     return Llama(config, rngs=nnx.Rngs(seed))
 
 
-def build(cfg):
+def build_mesh(cfg):
+    """The device mesh of ``cfg.mesh_shape`` (None for one device)."""
+    if not cfg.mesh_shape:
+        return None
+    axes = tuple(a.strip() for a in cfg.mesh_axes.split(",") if a.strip())
+    return sharding.make_mesh(cfg.mesh_shape, axes)
+
+
+def build(cfg, mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
     if cfg.drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {cfg.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+    if cfg.draft_placement not in PLACEMENTS:
+        raise ValueError(
+            f"unknown draft_placement {cfg.draft_placement!r}; choose one of "
+            f"{', '.join(PLACEMENTS)}"
+        )
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
-    target_module, tokenizer = load_model(cfg.target, cfg.dtype)
+    target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh)
     stop = ()
     if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
         stop = (tokenizer.eos_id,)
@@ -81,7 +105,8 @@ def build(cfg):
         if cfg.drafter == "self":
             draft_module = truncated(target_module, cfg.draft_layers)
         else:
-            draft_module, _ = load_model(cfg.draft, cfg.dtype)
+            replicated = cfg.draft_placement == "replicated"
+            draft_module, _ = load_model(cfg.draft, cfg.dtype, mesh, replicated)
             if draft_module.config.vocab_size != target.config.vocab_size:
                 raise ValueError(
                     f"draft vocab_size {draft_module.config.vocab_size} != target vocab_size "
@@ -149,9 +174,29 @@ def _stream(target, batch, config, drafter, seed, tokenizer, out) -> Generation:
     return stream.result
 
 
+class _Silent:
+    """Where processes other than 0 print to."""
+
+    def write(self, s):
+        pass
+
+    def flush(self):
+        pass
+
+
 def run(cfg, out=sys.stdout) -> dict:
-    """Decodes the config's prompts; prints text and metrics; returns the metrics record."""
-    target, tokenizer, drafter, config = build(cfg)
+    """Decodes the config's prompts; prints text and metrics; returns the metrics record.
+
+    With ``mesh_shape`` the models are placed on a device mesh; in a multi-process run (see
+    :func:`specjax.decode.placement.initialize`) every process runs this, and only process 0
+    prints and writes files.
+    """
+    mesh = build_mesh(cfg)
+    if mesh is not None and cfg.stream:
+        raise ValueError("stream=True decodes on one device; unset mesh_shape to stream")
+    main = placement.is_main_process()
+    out = out if main else _Silent()
+    target, tokenizer, drafter, config = build(cfg, mesh)
     texts, prompts = read_prompts(cfg, tokenizer)
     batches = [prompts[i : i + cfg.batch_size] for i in range(0, len(prompts), cfg.batch_size)]
     runs: list[Generation] = []
@@ -159,13 +204,15 @@ def run(cfg, out=sys.stdout) -> dict:
         if cfg.stream:
             runs.append(_stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out))
         else:
-            runs.append(generate(target, batch, config, drafter, cfg.seed + i))
+            runs.append(generate(target, batch, config, drafter, cfg.seed + i, mesh))
     tokens = [row for g in runs for row in g.tokens]
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}
     if cfg.compare_autoregressive and config.speculative:
         ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE)
-        ar = [generate(target, b, ar_config, None, cfg.seed + i) for i, b in enumerate(batches)]
+        ar = [
+            generate(target, b, ar_config, None, cfg.seed + i, mesh) for i, b in enumerate(batches)
+        ]
         ar_metrics = Metrics.combine([g.metrics for g in ar])
         metrics = metrics.with_speedup(ar_metrics.seconds)
         record["autoregressive_tokens_per_second"] = ar_metrics.tokens_per_second
@@ -181,9 +228,9 @@ def run(cfg, out=sys.stdout) -> dict:
         same = record["greedy_matches_autoregressive"]
         out.write(f"greedy output == autoregressive output: {'yes' if same else 'NO'}\n")
     record.update(dataclasses.asdict(metrics), tokens=tokens, text=completions)
-    if cfg.output:
+    if cfg.output and main:
         atomic_write(cfg.output, "".join(c + "\n" for c in completions))
-    if cfg.metrics_json:
+    if cfg.metrics_json and main:
         atomic_write(cfg.metrics_json, json.dumps(record, indent=1, default=_jsonable) + "\n")
     return record
 

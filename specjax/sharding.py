@@ -159,14 +159,6 @@ def cache_spec(tensor_parallel: bool = True) -> P:
     return spec(axes)
 
 
-def constrain_cache(cache, mesh: Mesh, tensor_parallel: bool = True):
-    """``with_sharding_constraint`` of a :class:`KVCache` to its mesh layout."""
-    kv = NamedSharding(mesh, cache_spec(tensor_parallel))
-    rows = NamedSharding(mesh, P("data"))
-    wsc = jax.lax.with_sharding_constraint
-    return type(cache)(wsc(cache.k, kv), wsc(cache.v, kv), wsc(cache.lengths, rows))
-
-
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     """Rows over ``data``, everything else replicated, for an array of rank ``ndim``."""
     return NamedSharding(mesh, P("data", *([None] * (ndim - 1))))

@@ -43,6 +43,14 @@ def test_sharded_sampled_output_equals_single_device_with_the_same_seed():
     run_check("sampled")
 
 
+def test_draft_on_its_own_devices_gives_the_same_tokens():
+    run_check("submesh")
+
+
+def test_checkpoints_and_gguf_load_straight_onto_the_mesh():
+    run_check("loading")
+
+
 def test_bad_meshes_name_both_numbers():
     run_check("errors")
 

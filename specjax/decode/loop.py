@@ -91,19 +91,29 @@ def prepare(target: PureModel, drafter, prompts: Sequence[Sequence[int]], config
     return padded, np.asarray(lengths, np.int32), capacity, buffer
 
 
-def _constrain(state: DecodeState, mesh, draft_tp: bool) -> DecodeState:
-    """Keeps the state on its mesh layout: rows over ``data``, KV heads over ``model``."""
-    rows = lambda x: jax.lax.with_sharding_constraint(x, sharding.batch_sharding(mesh, x.ndim))
+def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
+    """The mesh layout of a decode state (a DecodeState of NamedShardings): rows over
+    ``data``; KV caches also split their KV heads over ``model`` (the draft's only when it is
+    tensor-parallel)."""
+    rows = lambda x: sharding.batch_sharding(mesh, len(x.shape))
     fields = {
         f.name: jax.tree.map(rows, getattr(state, f.name))
         for f in dataclasses.fields(state)
         if f.name not in ("target_cache", "draft_state")
     }
+
+    def cache(c, tensor_parallel):
+        kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))
+        return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
+
     draft = state.draft_state
-    if isinstance(draft, KVCache):
-        draft = sharding.constrain_cache(draft, mesh, draft_tp)
-    cache = sharding.constrain_cache(state.target_cache, mesh, True)
-    return state.replace(**fields, target_cache=cache, draft_state=draft)
+    draft = cache(draft, draft_tp) if isinstance(draft, KVCache) else jax.tree.map(rows, draft)
+    return state.replace(**fields, target_cache=cache(state.target_cache, True), draft_state=draft)
+
+
+def _constrain(state: DecodeState, mesh, draft_tp: bool) -> DecodeState:
+    """Keeps the state on its mesh layout inside the compiled loop."""
+    return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh, draft_tp))
 
 
 def _program(

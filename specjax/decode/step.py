@@ -29,6 +29,7 @@ def init_state(
     *,
     capacity: int,
     buffer: int,
+    draft_len: int | None = None,
 ) -> DecodeState:
     """Prefills target (and drafter) caches with every prompt token but the last.
 
@@ -38,9 +39,13 @@ def init_state(
       prompts: int ``[B, T]`` right-padded prompts; prompt_lengths: int ``[B]`` (>= 1).
       key: one PRNG key; row b uses ``fold_in(key, b)``.
       capacity: S of the KV caches; buffer: length of the token buffer.
+      draft_len: L when ``drafter`` is None but a drafter elsewhere (its own devices) drafts;
+        the state then has no draft state.
     """
     b, t = prompts.shape
-    draft_len = 0 if drafter is None else drafter.draft_len
+    if drafter is not None:
+        draft_len = drafter.draft_len
+    draft_len = draft_len or 0
     tokens = jnp.zeros((b, buffer), jnp.int32).at[:, :t].set(prompts.astype(jnp.int32))
     prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
     zeros = jnp.zeros((b,), jnp.int32)
@@ -144,10 +149,24 @@ def verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_prob
 
 def speculative_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
-    k_paths, l_len = drafter.num_paths, drafter.draft_len
-    b = state.batch
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
+    new, path, tau = verify_and_commit(target, state.replace(keys=keys), draft, k_verify, config)
+    draft_state = drafter.commit(
+        state.draft_state, draft_state, state.lengths, path, tau, ~state.done
+    )
+    return new.replace(draft_state=draft_state)
+
+
+def verify_and_commit(
+    target: PureModel, state: DecodeState, draft: Draft, k_verify: PRNGKey, config: DecodeConfig
+) -> tuple[DecodeState, Array, Array]:
+    """The target's half of a speculative step (everything but drafting and the draft cache).
+
+    Returns:
+      The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
+    """
+    b, k_paths, l_len = draft.tokens.shape
     num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
 
     # The tree: root (last committed token) + K paths of L nodes, one call.
@@ -177,25 +196,26 @@ def speculative_step(target: PureModel, drafter, state: DecodeState, config: Dec
     else:  # a chain's accepted nodes already sit right after the root
         cache = cache.rollback(state.lengths + tau)
     cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
-    draft_state = drafter.commit(state.draft_state, draft_state, state.lengths, path, tau, active)
 
     followed = jnp.take_along_axis(num_draft, path[:, None], axis=1)[:, 0]  # [B]
     pos = jnp.arange(l_len)[None, :]
     on = active[:, None]
-    return state.replace(
-        tokens=tokens,
-        lengths=lengths,
-        done=done,
-        target_cache=cache,
-        draft_state=draft_state,
-        keys=keys,
-        steps=state.steps + active,
-        accepted=state.accepted + jnp.where(active, tau, 0),
-        proposed=state.proposed + jnp.where(active, followed, 0),
-        histogram=state.histogram + (on & (jnp.arange(l_len + 1)[None] == tau[:, None])),
-        position_accepted=state.position_accepted + (on & (pos < tau[:, None])),
-        position_proposed=state.position_proposed + (on & (pos < followed[:, None])),
-        last_accepted=jnp.where(active, tau, -1),
+    return (
+        state.replace(
+            tokens=tokens,
+            lengths=lengths,
+            done=done,
+            target_cache=cache,
+            steps=state.steps + active,
+            accepted=state.accepted + jnp.where(active, tau, 0),
+            proposed=state.proposed + jnp.where(active, followed, 0),
+            histogram=state.histogram + (on & (jnp.arange(l_len + 1)[None] == tau[:, None])),
+            position_accepted=state.position_accepted + (on & (pos < tau[:, None])),
+            position_proposed=state.position_proposed + (on & (pos < followed[:, None])),
+            last_accepted=jnp.where(active, tau, -1),
+        ),
+        path,
+        tau,
     )
 
 

@@ -1,0 +1,134 @@
+"""Speculative decoding with the draft on its own devices (a sub-mesh of its own).
+
+One ``jax.jit`` program spans one set of devices, so with the draft on separate devices a step
+is four compiled programs: split keys (target devices), propose (draft devices), verify + commit
+(target devices), commit the draft cache (draft devices), with device-to-device transfers of the
+draft ``[B, K, L]`` tokens, their ``[B, K, L, V]`` laws and the ``[B]`` outcome in between, and
+one read of the ``[B]`` done flags per step. The arithmetic is the same as the single-program
+loop's (same keys, same functions), so the tokens are too.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from specjax import sharding
+from specjax.decode.config import DecodeConfig
+from specjax.decode.loop import Generation, outputs, prepare
+from specjax.decode.metrics import Metrics
+from specjax.decode.step import init_state, split_keys, verify_and_commit
+from specjax.models.pure import PureModel
+
+
+def split_devices(target_shape, draft_shape, axis_names=("data", "model")):
+    """``(target_mesh, draft_mesh)`` over disjoint devices: the target takes the first
+    ``prod(target_shape)`` devices, the draft the next ``prod(draft_shape)``."""
+    t_shape = sharding.parse_mesh_shape(target_shape)
+    d_shape = sharding.parse_mesh_shape(draft_shape)
+    devices = jax.devices()
+    n_t, n_d = int(np.prod(t_shape)), int(np.prod(d_shape))
+    if n_t + n_d > len(devices):
+        raise ValueError(
+            f"mesh_shape {target_shape} ({n_t} devices) + draft_mesh_shape {draft_shape} "
+            f"({n_d} devices) need {n_t + n_d} devices but {len(devices)} are available"
+        )
+    return (
+        sharding.make_mesh(t_shape, axis_names, devices[:n_t]),
+        sharding.make_mesh(d_shape, axis_names, devices[n_t : n_t + n_d]),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("capacity", "buffer", "draft_len"))
+def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, draft_len):
+    key = jax.random.key(seed)
+    return init_state(
+        target,
+        None,
+        prompts,
+        prompt_lengths,
+        key,
+        capacity=capacity,
+        buffer=buffer,
+        draft_len=draft_len,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("capacity",))
+def _init_draft(drafter, prompts, prompt_lengths, *, capacity):
+    return drafter.init(prompts, prompt_lengths, capacity)
+
+
+@jax.jit
+def _split(state):
+    keys, k_draft, k_verify = split_keys(state.keys, 3)
+    return state.replace(keys=keys), k_draft, k_verify
+
+
+@jax.jit
+def _propose(drafter, draft_state, keys, tokens, lengths):
+    return drafter.propose(draft_state, keys, tokens, lengths)
+
+
+_verify = jax.jit(verify_and_commit, static_argnames=("config",))
+
+
+@jax.jit
+def _commit(drafter, before, after, lengths, path, tau, active):
+    return drafter.commit(before, after, lengths, path, tau, active)
+
+
+def generate_on_submeshes(
+    target: PureModel,
+    prompts: Sequence[Sequence[int]],
+    config: DecodeConfig,
+    drafter,
+    seed: int,
+    mesh,
+    draft_mesh,
+) -> Generation:
+    """:func:`specjax.decode.generate` with the target on ``mesh`` and a model drafter on
+    ``draft_mesh`` (both already placed there). Same tokens as the single-program loop."""
+    padded, lengths, capacity, buffer = prepare(target, drafter, prompts, config)
+    for m in (mesh, draft_mesh):
+        sharding.check_batch(len(prompts), m)
+    sharding.check_model(target.config, mesh)
+    on = lambda m: lambda x: jax.device_put(x, sharding.batch_sharding(m, np.ndim(x)))
+    to_t, to_d = on(mesh), on(draft_mesh)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    start = time.perf_counter()
+    state = _init_target(
+        target,
+        to_t(padded),
+        to_t(lengths),
+        jax.device_put(np.int32(seed), replicated),
+        capacity=capacity,
+        buffer=buffer,
+        draft_len=drafter.draft_len,
+    )
+    draft_state = _init_draft(drafter, to_d(padded), to_d(lengths), capacity=capacity)
+    while True:
+        state, k_draft, k_verify = _split(state)
+        draft, after = _propose(
+            drafter, draft_state, to_d(k_draft), to_d(state.tokens), to_d(state.lengths)
+        )
+        before_lengths, active = state.lengths, ~state.done
+        state, path, tau = _verify(target, state, jax.tree.map(to_t, draft), k_verify, config)
+        draft_state = _commit(
+            drafter,
+            draft_state,
+            after,
+            to_d(before_lengths),
+            to_d(path),
+            to_d(tau),
+            to_d(active),
+        )
+        if bool(np.all(jax.device_get(state.done))):
+            break
+    seconds = time.perf_counter() - start
+    state = jax.device_get(state.replace(target_cache=None))
+    return Generation(outputs(state), Metrics.from_state(state, seconds))

@@ -49,7 +49,8 @@ def get_config() -> ml_collections.ConfigDict:
     # Devices (see README "Sharded and multi-host decoding").
     c.mesh_shape = ""  # e.g. "2,4": a (data, model) mesh; "" = one device
     c.mesh_axes = "data,model"
-    c.draft_placement = "replicated"  # replicated | sharded (tensor-parallel like the target)
+    c.draft_placement = "replicated"  # replicated | sharded (tensor-parallel) | submesh
+    c.draft_mesh_shape = ""  # submesh: the draft's own mesh, on the devices after the target's
     c.num_cpu_devices = 0  # > 0: emulate this many CPU devices (testing meshes on one CPU)
     c.coordinator_address = ""  # multi-process: host:port of process 0, or "auto"
     c.num_processes = 1

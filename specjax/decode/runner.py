@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from specjax import sharding
-from specjax.decode import placement
+from specjax.decode import placement, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
@@ -29,7 +29,7 @@ from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 
 DRAFTERS = ("model", "ngram", "self", "none")
-PLACEMENTS = ("replicated", "sharded")
+PLACEMENTS = ("replicated", "sharded", "submesh")
 
 
 def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
@@ -71,14 +71,21 @@ def random_model(seed: int, num_layers: int = 2) -> Llama:
 
 
 def build_mesh(cfg):
-    """The device mesh of ``cfg.mesh_shape`` (None for one device)."""
-    if not cfg.mesh_shape:
-        return None
+    """``(mesh, draft_mesh)``: the target's mesh of ``cfg.mesh_shape`` (None for one device)
+    and, with ``draft_placement="submesh"``, the draft's own mesh on the next devices."""
     axes = tuple(a.strip() for a in cfg.mesh_axes.split(",") if a.strip())
-    return sharding.make_mesh(cfg.mesh_shape, axes)
+    if cfg.draft_placement == "submesh":
+        if not cfg.mesh_shape or not cfg.draft_mesh_shape:
+            raise ValueError("draft_placement='submesh' needs mesh_shape and draft_mesh_shape")
+        if cfg.drafter != "model":
+            raise ValueError("draft_placement='submesh' places a draft model; set drafter=model")
+        return submesh.split_devices(cfg.mesh_shape, cfg.draft_mesh_shape, axes)
+    if not cfg.mesh_shape:
+        return None, None
+    return sharding.make_mesh(cfg.mesh_shape, axes), None
 
 
-def build(cfg, mesh=None):
+def build(cfg, mesh=None, draft_mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
     if cfg.drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {cfg.drafter!r}; choose one of {', '.join(DRAFTERS)}")
@@ -106,7 +113,8 @@ def build(cfg, mesh=None):
             draft_module = truncated(target_module, cfg.draft_layers)
         else:
             replicated = cfg.draft_placement == "replicated"
-            draft_module, _ = load_model(cfg.draft, cfg.dtype, mesh, replicated)
+            where = mesh if draft_mesh is None else draft_mesh
+            draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated)
             if draft_module.config.vocab_size != target.config.vocab_size:
                 raise ValueError(
                     f"draft vocab_size {draft_module.config.vocab_size} != target vocab_size "
@@ -191,12 +199,23 @@ def run(cfg, out=sys.stdout) -> dict:
     :func:`specjax.decode.placement.initialize`) every process runs this, and only process 0
     prints and writes files.
     """
-    mesh = build_mesh(cfg)
+    if cfg.draft_placement not in PLACEMENTS:
+        raise ValueError(
+            f"unknown draft_placement {cfg.draft_placement!r}; choose one of "
+            f"{', '.join(PLACEMENTS)}"
+        )
+    mesh, draft_mesh = build_mesh(cfg)
     if mesh is not None and cfg.stream:
         raise ValueError("stream=True decodes on one device; unset mesh_shape to stream")
     main = placement.is_main_process()
     out = out if main else _Silent()
-    target, tokenizer, drafter, config = build(cfg, mesh)
+    target, tokenizer, drafter, config = build(cfg, mesh, draft_mesh)
+    if draft_mesh is not None and config.speculative:
+        decode = lambda b, s: submesh.generate_on_submeshes(
+            target, b, config, drafter, s, mesh, draft_mesh
+        )
+    else:
+        decode = lambda b, s: generate(target, b, config, drafter, s, mesh)
     texts, prompts = read_prompts(cfg, tokenizer)
     batches = [prompts[i : i + cfg.batch_size] for i in range(0, len(prompts), cfg.batch_size)]
     runs: list[Generation] = []
@@ -204,7 +223,7 @@ def run(cfg, out=sys.stdout) -> dict:
         if cfg.stream:
             runs.append(_stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out))
         else:
-            runs.append(generate(target, batch, config, drafter, cfg.seed + i, mesh))
+            runs.append(decode(batch, cfg.seed + i))
     tokens = [row for g in runs for row in g.tokens]
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}

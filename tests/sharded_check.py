@@ -153,6 +153,36 @@ def main(which: str) -> None:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         print("loading-ok")
 
+    if which in ("all", "nogather"):
+        # With V / model a multiple of the sampler's 256-token blocks, verification never
+        # gathers a whole [rows, V] vocabulary onto one device (GBV's argsort does: not tested).
+        from specjax.decode.loop import _compile
+
+        vocab = 2048
+        big_t, big_d = pair(vocab=vocab, num_heads=8, num_kv_heads=4)
+        t_on, d_on = placed(big_t, mesh, False), placed(big_d, mesh, True)
+        rows = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
+        seed = sharding.put(np.int32(0), sharding.NamedSharding(mesh, sharding.P()))
+        for verifier, k, params in [
+            ("greedy", 1, GREEDY),
+            ("token", 1, SamplingParams(1.0)),
+            ("block", 1, SamplingParams(1.0)),
+            ("specinfer", 2, SamplingParams(1.0)),
+            ("spectr", 2, SamplingParams(1.0)),
+        ]:
+            cfg = DecodeConfig(verifier, params, 8)
+            drafter = ModelDrafter(d_on, params, k, 3)
+            padded, lengths, capacity, buffer = prepare(t_on, drafter, PROMPTS, cfg)
+            args = (t_on, drafter, rows(padded), rows(lengths), seed)
+            hlo = _compile(args, mesh, False, config=cfg, capacity=capacity, buffer=buffer)
+            full = [
+                line
+                for line in hlo.as_text().splitlines()
+                if "all-gather(" in line and (f",{vocab}]" in line or f"[{vocab}]" in line)
+            ]
+            assert not full, (verifier, full[:3])
+        print("nogather-ok")
+
     if which in ("all", "errors"):
         for shape in ("3,3", "16"):
             try:

@@ -51,6 +51,10 @@ def test_checkpoints_and_gguf_load_straight_onto_the_mesh():
     run_check("loading")
 
 
+def test_verification_does_not_gather_the_vocabulary():
+    run_check("nogather")
+
+
 def test_bad_meshes_name_both_numbers():
     run_check("errors")
 

@@ -34,6 +34,7 @@ _CAPACITY = flags.DEFINE_integer("capacity", 4096, "KV-cache slots S per row.")
 _PATHS = flags.DEFINE_integer("paths", 3, "K.")
 _DRAFT_LEN = flags.DEFINE_integer("draft_len", 4, "L.")
 _VERIFIER = flags.DEFINE_string("verifier", "gbv", "Verifier of the compiled step.")
+_DTYPE = flags.DEFINE_string("dtype", "", "Override the presets' dtype (e.g. float32).")
 _COMPILE = flags.DEFINE_bool("compile", True, "Also compile the step for XLA's memory analysis.")
 _OUTPUT = flags.DEFINE_string("output", "", "Write the markdown report here.")
 
@@ -80,7 +81,8 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     sharding.check_batch(b, mesh)
 
     def abstract(name, tensor_parallel):
-        config = preset(name)
+        dtypes = dict(dtype=_DTYPE.value, param_dtype=_DTYPE.value) if _DTYPE.value else {}
+        config = preset(name, **dtypes)
         if tensor_parallel:
             sharding.check_model(config, mesh, name)
         module = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
@@ -193,8 +195,13 @@ def main(argv):
     if not reports:
         sys.exit("error: no mesh could hold the model; see the messages above")
     placement = "tensor-parallel" if _DRAFT_TP.value else "replicated"
+    draft = (
+        "no draft (autoregressive step)"
+        if _DRAFT.value == "none"
+        else f"{_DRAFT.value} draft ({placement})"
+    )
     title = (
-        f"{_TARGET.value} target, {_DRAFT.value} draft ({placement}), "
+        f"{_TARGET.value} target, {draft}, "
         f"B={_BATCH.value}, S={_CAPACITY.value}, K={_PATHS.value}, L={_DRAFT_LEN.value}, "
         f"verifier {_VERIFIER.value}; per-device bytes"
     )

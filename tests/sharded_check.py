@@ -71,7 +71,7 @@ def main(which: str) -> None:
         assert set(sharding.shard_shapes(state.tokens)) == {(b // 2, state.tokens.shape[1])}
         print("shapes-ok")
 
-    if which in ("all", "greedy"):
+    if which in ("all", "greedy", "greedy-quick"):
         cases = [
             ("greedy", 1),
             ("token", 1),
@@ -81,6 +81,8 @@ def main(which: str) -> None:
             ("gbv", 1),
             ("gbv", 3),
         ]
+        if which == "greedy-quick":
+            cases = [("block", 1), ("gbv", 3)]
         for verifier, k in cases:
             cfg = DecodeConfig(verifier, GREEDY, 16)
             want = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3)).tokens
@@ -89,7 +91,7 @@ def main(which: str) -> None:
             assert got.tokens == want, (verifier, k, got.tokens, want)
         ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 16)).tokens
         assert ar == want
-        print("greedy-ok")
+        print(f"{which}-ok")
 
     if which in ("all", "sampled"):
         t1 = SamplingParams(1.0)

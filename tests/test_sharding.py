@@ -35,6 +35,11 @@ def test_params_and_caches_are_sharded():
     run_check("shapes")
 
 
+def test_sharded_greedy_output_equals_single_device():
+    run_check("greedy-quick")  # block (chain, replicated draft) and GBV (K = 3, sharded draft)
+
+
+@pytest.mark.slow
 def test_sharded_greedy_output_equals_single_device_for_every_verifier():
     run_check("greedy")
 

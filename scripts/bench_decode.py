@@ -619,6 +619,10 @@ def run_pair(pair: Pair, temperature: float, grid: dict, rows: list, overheads: 
                 (pair.name, temperature, case, measure_overhead(gen, metrics.target_forwards))
             )
         del gen
+        if (i + 1) % 15 == 0:
+            # Every compiled program keeps its LLVM code mapped; a few dozen of them exhaust
+            # XLA:CPU's section memory ("Unable to allocate section memory"). Start afresh.
+            jax.clear_caches()
     if not ar_times:  # no speculative configuration: time the baseline alone
         ar_times = [ar_gen.run() for _ in range(_REPEATS.value)]
     tokens = sum(len(r) for r in ar_tokens)

@@ -46,6 +46,13 @@ def autoregressive(models):
     return out.tokens
 
 
+def initial_state(model, drafter, cfg, seed=0):
+    """The prefilled decode state of PROMPTS (what ``generate`` starts its loop from)."""
+    padded, lengths, capacity, buffer = prepare(model, drafter, PROMPTS, cfg)
+    args = (jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(seed))
+    return _init(model, drafter, *args, capacity=capacity, buffer=buffer)
+
+
 def _stop_token(rows):
     """A token first appearing mid-way through row 0: stopping there ends the row mid-draft."""
     row = rows[0]
@@ -76,23 +83,14 @@ def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     target, draft = models
     drafter = ModelDrafter(draft, GREEDY, 1, 3)
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=30)
-    padded, lengths, capacity, buffer = prepare(target, drafter, PROMPTS, cfg)
-    state = _init(
-        target,
-        drafter,
-        jnp.asarray(padded),
-        jnp.asarray(lengths),
-        jax.random.key(0),
-        capacity=capacity,
-        buffer=buffer,
-    )
+    state = initial_state(target, drafter, cfg, seed=0)
     mixed = False
     while not bool(jnp.all(state.done)):
         state = _step(target, drafter, state, cfg)
         taus = set(np.asarray(state.last_accepted).tolist())
         mixed |= {0, 3} <= taus
     assert mixed
-    rows = [state.tokens[b, lengths[b] : state.lengths[b]].tolist() for b in range(3)]
+    rows = [state.tokens[b, len(PROMPTS[b]) : state.lengths[b]].tolist() for b in range(3)]
     assert rows == autoregressive
 
 
@@ -162,16 +160,7 @@ def test_tree_drafting_matches_chain_scoring(models):
     t1 = SamplingParams(1.0)
     drafter = ModelDrafter(draft, t1, num_paths=3, draft_len=4)
     cfg = DecodeConfig("gbv", t1, 10)
-    padded, lengths, capacity, buffer = prepare(draft, drafter, PROMPTS, cfg)
-    state = _init(
-        draft,
-        drafter,
-        jnp.asarray(padded),
-        jnp.asarray(lengths),
-        jax.random.key(3),
-        capacity=capacity,
-        buffer=buffer,
-    )
+    state = initial_state(draft, drafter, cfg, seed=3)
     out, _ = drafter.propose(state.draft_state, state.keys, state.tokens, state.lengths)
     for b, prompt in enumerate(PROMPTS):
         for k in range(3):
@@ -186,16 +175,7 @@ def test_without_replacement_root_children_are_distinct(models):
     t1 = SamplingParams(1.0)
     drafter = ModelDrafter(draft, t1, num_paths=4, draft_len=2, replacement=False)
     cfg = DecodeConfig("specinfer", t1, 10, replacement=False)
-    padded, lengths, capacity, buffer = prepare(draft, drafter, PROMPTS, cfg)
-    state = _init(
-        draft,
-        drafter,
-        jnp.asarray(padded),
-        jnp.asarray(lengths),
-        jax.random.key(3),
-        capacity=capacity,
-        buffer=buffer,
-    )
+    state = initial_state(draft, drafter, cfg, seed=3)
     out, _ = drafter.propose(state.draft_state, state.keys, state.tokens, state.lengths)
     for b in range(3):
         assert len(set(out.tokens[b, :, 0].tolist())) == 4

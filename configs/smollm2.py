@@ -11,16 +11,11 @@ Hardware: the 2-core CPU sandbox; no GPU.
 Result:   see README "Decoding" and BENCHMARKS.md (bench_decode.py).
 """
 
-import importlib.util
-import pathlib
+from specjax.config_files import sibling_config
 
 
 def get_config():
-    path = pathlib.Path(__file__).with_name("shakespeare.py")
-    spec = importlib.util.spec_from_file_location("shakespeare_config", path)
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "shakespeare")
     c.target = "smollm2"
     c.drafter = "ngram"  # ngram | self | none
     c.draft = ""

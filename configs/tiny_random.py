@@ -6,16 +6,11 @@ Result:   runs in seconds on a CPU; greedy output equals autoregressive output
           (--config.temperature=0 --config.compare_autoregressive=True prints "yes").
 """
 
-import importlib.util
-import pathlib
+from specjax.config_files import sibling_config
 
 
 def get_config():
-    path = pathlib.Path(__file__).with_name("shakespeare.py")
-    spec = importlib.util.spec_from_file_location("shakespeare_config", path)
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "shakespeare")
     c.target = "random:0"
     c.draft = "random:1"
     c.prompt = "Hello"

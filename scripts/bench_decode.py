@@ -49,18 +49,17 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
 import inspect
 import itertools
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -924,29 +923,10 @@ def make_plots(pairs: dict[str, Pair], rows: list[Row], grid: dict, plot_dir: st
 # ----------------------------------------------------------------------------- main
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        if names:
-            cpu = f"{names[0]} ×{len(names)} logical CPUs"
-    except OSError:
-        pass
-    devices = ", ".join(sorted({d.device_kind for d in jax.devices()}))
-    return (
-        f"{cpu} ({platform.platform()}, Python {platform.python_version()}); "
-        f"jax {jax.__version__} ({jax.default_backend()}: {devices})"
-    )
-
-
-def source_digest() -> str:
-    """Short sha256 of the ``specjax`` sources, to tell which code was measured."""
-    digest = hashlib.sha256()
-    package = pathlib.Path(specjax.__file__).parent
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
+code_digest = functools.partial(
+    benchlib.source_digest, pathlib.Path(specjax.__file__).parent, recursive=True
+)
+"""Short sha256 of the ``specjax`` sources, to tell which code was measured."""
 
 
 def _value(name: str):
@@ -976,7 +956,7 @@ def main(argv):
         raise app.UsageError("--repeats, --overhead_rounds and --component_repeats must be >= 1")
 
     load_start = os.getloadavg()[0]
-    digest = source_digest()
+    digest = code_digest()
     start = time.perf_counter()
     rows: list[Row] = []
     overheads: list = []
@@ -1000,7 +980,8 @@ def main(argv):
     command = " ".join(["python", "scripts/bench_decode.py", *sys.argv[1:]])
     head = (
         f"### Decoding benchmark{quick}\n\n"
-        f"`{command}` on {machine()}, {datetime.date.today().isoformat()}; `specjax` sources "
+        f"`{command}` on {benchlib.machine(verbose=True)}, {datetime.date.today().isoformat()}; "
+        "`specjax` sources "
         f"sha256 {digest}. Grid: temperatures {grid['temperatures']}, verifiers "
         f"{grid['verifiers']} (greedy at temperature 0 only), K {grid['paths']} (multi-path "
         f"verifiers with the model drafter; K = 1 otherwise), L {grid['lengths']}, "
@@ -1020,10 +1001,8 @@ def main(argv):
         "the CPUs). "
         + (f"Plots: {', '.join(f'`{p}`' for p in plots)}." if plots else "No plots (matplotlib).")
     )
-    if source_digest() != digest:
-        tail += (
-            f" **Warning**: the `specjax` sources changed during the run (now {source_digest()})."
-        )
+    if code_digest() != digest:
+        tail += f" **Warning**: the `specjax` sources changed during the run (now {code_digest()})."
     text = "\n\n".join([head, *sections, tail]) + "\n"
     print(text)
     if _OUTPUT.value:

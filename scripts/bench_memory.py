@@ -180,8 +180,8 @@ def render(reports: list[dict], title: str) -> str:
 def main(argv):
     del argv
     import datetime
-    import platform
 
+    import benchlib  # imported after _set_devices configured the emulated devices
     import jax
 
     reports = []
@@ -207,8 +207,8 @@ def main(argv):
     )
     head = (
         f"Command: `python scripts/bench_memory.py {' '.join(sys.argv[1:])}`  \n"
-        f"Machine: {platform.machine()} {platform.processor() or ''}, jax {jax.__version__}, "
-        f"{len(jax.devices())} emulated CPU devices; {datetime.date.today()}; nothing allocated "
+        f"Machine: {benchlib.machine()}, "
+        f"{len(jax.devices())} emulated devices; {datetime.date.today()}; nothing allocated "
         "(eval_shape + compile only).  \n"
         f"Probability buffer shape {reports[0]['probs shape']} (float32, rows over data, vocab "
         "over model)."

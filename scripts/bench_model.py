@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime
 import functools
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,18 +85,6 @@ def timed(fn: Callable[[], object], repeats: int, warmup: int) -> tuple[float, f
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), first if first is not None else times[0]
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
 
 
 def tree_inputs(context: int, k: int, l: int, vocab: int, seed: int = 0):
@@ -345,7 +333,7 @@ def main(argv):
         versions += f", transformers {sys.modules['transformers'].__version__}"
     header = (
         f"SmolLM2-135M-Instruct ({gguf.name}, dequantized to fp32), batch 1. "
-        f"Machine: {machine()}; {versions}; {datetime.date.today()}; "
+        f"Machine: {benchlib.cpu_name()}; {versions}; {datetime.date.today()}; "
         f"median of {_REPEATS.value} calls after {_WARMUP.value} warm-up; "
         f"total {time.perf_counter() - t0:.0f} s; 1-min load average before the run "
         f"{load_before:.1f} (near 0 when no other process competes for the cores)."

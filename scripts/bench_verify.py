@@ -35,16 +35,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
 import itertools
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 
+import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -551,25 +550,8 @@ def run_efficiency(grid: Grid, key) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        if names:
-            cpu = f"{names[0]} ×{len(names)} logical CPUs"
-    except OSError:
-        pass
-    devices = ", ".join(sorted({d.device_kind for d in jax.devices()}))
-    return f"{cpu}; jax {jax.__version__} ({jax.default_backend()}: {devices})"
-
-
-def source_digest() -> str:
-    """Short sha256 of the ``specjax/verify`` sources, to tell which verifier code was timed."""
-    digest = hashlib.sha256()
-    for path in sorted(pathlib.Path(verify.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
+code_digest = functools.partial(benchlib.source_digest, pathlib.Path(verify.__file__).parent)
+"""Short sha256 of the ``specjax/verify`` sources, to tell which verifier code was timed."""
 
 
 def main(argv):
@@ -589,13 +571,13 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"unknown --parts {sorted(unknown)}")
     load_start = os.getloadavg()[0]
-    digest = source_digest()
+    digest = code_digest()
     key = jax.random.key(_SEED.value)
     k_time, k_prim, k_eff = jax.random.split(key, 3)
     start = time.perf_counter()
     sections = [
         f"### Verifier benchmark ({grid_name} grid)\n\n"
-        f"`python {' '.join(['scripts/bench_verify.py', *sys.argv[1:]])}` on {machine()}, "
+        f"`python {' '.join(['scripts/bench_verify.py', *sys.argv[1:]])}` on {benchlib.machine()}, "
         f"{datetime.date.today().isoformat()}; `specjax/verify` sources sha256 {digest}."
     ]
     if "timing" in _PARTS.value:
@@ -611,10 +593,10 @@ def main(argv):
         f"{os.getloadavg()[0]:.1f} at the end (above {os.cpu_count()} means other jobs shared "
         "the CPUs)."
     )
-    if source_digest() != digest:
+    if code_digest() != digest:
         sections.append(
             f"**Warning**: the `specjax/verify` sources changed during the run (now "
-            f"{source_digest()}); the modules imported at the start were measured."
+            f"{code_digest()}); the modules imported at the start were measured."
         )
     text = "\n\n".join(sections) + "\n"
     print(text)

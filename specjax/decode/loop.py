@@ -47,8 +47,6 @@ def prepare(target: PureModel, drafter, prompts: Sequence[Sequence[int]], config
     buffer)``. Every problem is one ``ValueError`` naming the fix."""
     if config.speculative and drafter is None:
         raise ValueError(f"verifier {config.verifier!r} needs a drafter; pass one")
-    if not config.speculative and drafter is not None:
-        drafter = None
     if drafter is not None:
         if config.multipath is False and drafter.num_paths > 1:
             raise ValueError(
@@ -102,13 +100,13 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
         if f.name not in ("target_cache", "draft_state")
     }
 
-    def cache(c, tensor_parallel):
+    def cache_layout(tensor_parallel: bool) -> KVCache:
         kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))
         return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
 
     draft = state.draft_state
-    draft = cache(draft, draft_tp) if isinstance(draft, KVCache) else jax.tree.map(rows, draft)
-    return state.replace(**fields, target_cache=cache(state.target_cache, True), draft_state=draft)
+    draft = cache_layout(draft_tp) if isinstance(draft, KVCache) else jax.tree.map(rows, draft)
+    return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
 
 
 def _constrain(state: DecodeState, mesh, draft_tp: bool) -> DecodeState:

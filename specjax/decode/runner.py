@@ -70,6 +70,13 @@ def random_model(seed: int, num_layers: int = 2) -> Llama:
     return Llama(config, rngs=nnx.Rngs(seed))
 
 
+def _check_choices(cfg) -> None:
+    """One clear error for an unknown ``drafter`` or ``draft_placement``."""
+    for key, choices in (("drafter", DRAFTERS), ("draft_placement", PLACEMENTS)):
+        if cfg[key] not in choices:
+            raise ValueError(f"unknown {key} {cfg[key]!r}; choose one of {', '.join(choices)}")
+
+
 def build_mesh(cfg):
     """``(mesh, draft_mesh)``: the target's mesh of ``cfg.mesh_shape`` (None for one device)
     and, with ``draft_placement="submesh"``, the draft's own mesh on the next devices."""
@@ -87,13 +94,7 @@ def build_mesh(cfg):
 
 def build(cfg, mesh=None, draft_mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
-    if cfg.drafter not in DRAFTERS:
-        raise ValueError(f"unknown drafter {cfg.drafter!r}; choose one of {', '.join(DRAFTERS)}")
-    if cfg.draft_placement not in PLACEMENTS:
-        raise ValueError(
-            f"unknown draft_placement {cfg.draft_placement!r}; choose one of "
-            f"{', '.join(PLACEMENTS)}"
-        )
+    _check_choices(cfg)
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
     target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh)
@@ -115,11 +116,6 @@ def build(cfg, mesh=None, draft_mesh=None):
             replicated = cfg.draft_placement == "replicated"
             where = mesh if draft_mesh is None else draft_mesh
             draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated)
-            if draft_module.config.vocab_size != target.config.vocab_size:
-                raise ValueError(
-                    f"draft vocab_size {draft_module.config.vocab_size} != target vocab_size "
-                    f"{target.config.vocab_size}; draft and target must share one tokenizer"
-                )
         drafter = ModelDrafter(
             PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
         )
@@ -199,11 +195,7 @@ def run(cfg, out=sys.stdout) -> dict:
     :func:`specjax.decode.placement.initialize`) every process runs this, and only process 0
     prints and writes files.
     """
-    if cfg.draft_placement not in PLACEMENTS:
-        raise ValueError(
-            f"unknown draft_placement {cfg.draft_placement!r}; choose one of "
-            f"{', '.join(PLACEMENTS)}"
-        )
+    _check_choices(cfg)
     mesh, draft_mesh = build_mesh(cfg)
     if mesh is not None and cfg.stream:
         raise ValueError("stream=True decodes on one device; unset mesh_shape to stream")

@@ -5,22 +5,13 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from specjax.models import Llama, LlamaConfig
+from specjax.models import Llama, LlamaConfig, config
 from specjax.models.pure import PureModel
 
 
 def tiny_config(vocab: int = 48, **kw) -> LlamaConfig:
-    base = dict(
-        vocab_size=vocab,
-        dim=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        ffn_dim=64,
-        max_seq_len=256,
-        name="tiny-target",
-    )
-    return LlamaConfig(**{**base, **kw})
+    """The ``tiny`` preset with vocabulary ``vocab`` and room for 256 positions."""
+    return config.tiny(**{"vocab_size": vocab, "max_seq_len": 256, "name": "tiny-target", **kw})
 
 
 def sharpened(model: Llama, scale: float) -> Llama:

@@ -151,21 +151,15 @@ GRIDS = {
         bound_rows=64,
         min_time=0.5,
     ),
-    "full": Grid(
-        main=_product((1, 8, 64), (4, 8), (32768, 131072)),
-        multi_k=(2, 4),
-        scale_v=(64, 4, (8192, 32768, 65536, 131072)),
-        scale_l=(64, 32768, (2, 4, 6, 8)),
-        prim=(64, 131072),
-        families=("close", "medium", "far", "flat"),
-        eff_vocab=1000,
-        eff_length=4,
-        eff_k=(2, 3, 4),
-        rows=9216,
-        bound_rows=256,
-        min_time=1.0,
-    ),
 }
+GRIDS["full"] = dataclasses.replace(
+    GRIDS["default"],
+    main=_product((1, 8, 64), (4, 8), (32768, 131072)),
+    scale_v=(64, 4, (8192, 32768, 65536, 131072)),
+    scale_l=(64, 32768, (2, 4, 6, 8)),
+    bound_rows=256,
+    min_time=1.0,
+)
 
 
 # ----------------------------------------------------------------------------- timing inputs

@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import inspect
 import itertools
 import os
 import pathlib
@@ -71,9 +70,10 @@ from specjax.decode import (
     AUTOREGRESSIVE,
     DecodeConfig,
     Generation,
+    compile_generation,
     generate,
-    init_state,
-    loop,
+    prefill_program,
+    prepare,
     step,
 )
 from specjax.decode.metrics import Metrics
@@ -367,25 +367,10 @@ class Generator:
         return self.last.metrics.seconds
 
     def hlo_facts(self) -> dict[str, int] | None:
-        """Counts in the optimized HLO of the program ``generate`` compiled (its cached
-        executable): ``while`` loops and host-communication ops; None if it cannot be reached
-        (it goes through ``specjax.decode.loop``'s private jitted program)."""
-        try:
-            padded, lengths, capacity, buffer = loop.prepare(
-                self.target, self.drafter, self.prompts, self.config
-            )
-            fn = loop._generate
-            params = inspect.signature(fn.__wrapped__).parameters
-            args = [self.target, self.drafter, jnp.asarray(padded), jnp.asarray(lengths)]
-            args.append(jnp.asarray(self.seed, jnp.int32) if "seed" in params else None)
-            if "key" in params:
-                args[-1] = jax.random.key(self.seed)
-            static = dict(config=self.config, capacity=capacity, buffer=buffer)
-            static |= {k: v for k, v in (("mesh", None), ("draft_tp", False)) if k in params}
-            text = fn.lower(*args, **static).compile().as_text()
-        except Exception as err:  # a refactored private API: report, do not fail the run
-            log(f"could not inspect the compiled program: {err!r}")
-            return None
+        """Counts in the optimized HLO of the decode program ``generate`` runs (its cached
+        executable): ``while`` loops and host-communication ops."""
+        _, decode = compile_generation(self.target, self.prompts, self.config, self.drafter)
+        text = decode.as_text()
         return {
             "while": text.count(" while("),
             "host": sum(
@@ -397,7 +382,7 @@ class Generator:
 # Model calls timed alone (loop overhead). Each is one jitted call on the state after prefill.
 
 
-_init = jax.jit(init_state, static_argnames=("capacity", "buffer"))
+_init = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
 _step = jax.jit(step, static_argnames=("config",))
 
 
@@ -455,11 +440,11 @@ def _copy(tree_):
 def measure_overhead(gen: Generator, steps: int) -> dict:
     """Times one whole generation against its model calls alone (see the module docstring)."""
     target, drafter, config = gen.target, gen.drafter, gen.config
-    padded, lengths, capacity, buffer = loop.prepare(target, drafter, gen.prompts, config)
-    prompts, lengths, key = jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(gen.seed)
+    b = prepare(target, drafter, gen.prompts, config)
+    args = (b.prompts, b.lengths, b.active, np.int32(gen.seed))
 
     def prefill():
-        return _init(target, drafter, prompts, lengths, key, capacity=capacity, buffer=buffer)
+        return _init(target, drafter, *args, capacity=b.capacity, buffer=b.buffer)
 
     state = jax.block_until_ready(prefill())
     base = state.target_cache.lengths

@@ -68,9 +68,7 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from specjax import sharding
-    from specjax.decode import DecodeConfig
-    from specjax.decode.loop import _constrain, state_shardings
-    from specjax.decode.step import init_state, step
+    from specjax.decode import DecodeConfig, constrain_state, init_state, state_shardings, step
     from specjax.drafters import ModelDrafter
     from specjax.models import Llama, preset
     from specjax.models.pure import PureModel
@@ -139,7 +137,7 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     report["probs shape"] = probs_shape
     if _COMPILE.value:
         fn = jax.jit(
-            lambda t, d, s: _constrain(step(t, d, s, config), mesh, draft_tp),
+            lambda t, d, s: constrain_state(step(t, d, s, config), mesh, draft_tp),
             out_shardings=s_specs,
             donate_argnums=2,
         )

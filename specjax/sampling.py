@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
+from specjax.verify.common import argmax_first, sample_weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,7 @@ def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
     logits = logits.astype(jnp.float32)
     vocab = logits.shape[-1]
     if params.greedy:
-        return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+        return jax.nn.one_hot(argmax_first(logits), vocab, dtype=jnp.float32)
     x = logits / params.temperature
     if 0 < params.top_k < vocab:
         kth = jax.lax.top_k(x, params.top_k)[0][..., -1:]  # [..., 1]
@@ -67,8 +68,19 @@ def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
 
 
 def sample(key: PRNGKey, probs: Array) -> Array:
-    """One token per row of ``probs [..., V]`` (int32 ``[...]``); argmax if rows are one-hot."""
-    return jax.random.categorical(key, jnp.log(probs), axis=-1).astype(jnp.int32)
+    """One token per row of ``probs [..., V]`` (int32 ``[...]``); the index if rows are one-hot.
+
+    Exact inverse-CDF sampling in two levels (two uniforms per row, one read of ``probs``;
+    :func:`specjax.verify.common.sample_weights`) instead of V Gumbel draws per row.
+    """
+    rows = probs.reshape(-1, probs.shape[-1])
+    return sample_weights(key, rows, rows).reshape(probs.shape[:-1])
+
+
+def greedy_token(logits: Array) -> Array:
+    """The first maximal index of ``logits [..., V]`` (int32 ``[...]``): what sampling
+    ``probs_from_logits(logits, SamplingParams(0.0))`` returns, without building the one-hot."""
+    return argmax_first(logits.astype(jnp.float32))
 
 
 def sample_without_replacement(key: PRNGKey, probs: Array, count: int) -> tuple[Array, Array]:

@@ -11,8 +11,7 @@ import pytest
 from flax import nnx
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, Stream, generate
-from specjax.decode.loop import _init, _step, prepare
+from specjax.decode import DecodeConfig, Stream, generate, prefill_program, prepare, step
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel, truncated
@@ -48,9 +47,10 @@ def autoregressive(models):
 
 def initial_state(model, drafter, cfg, seed=0):
     """The prefilled decode state of PROMPTS (what ``generate`` starts its loop from)."""
-    padded, lengths, capacity, buffer = prepare(model, drafter, PROMPTS, cfg)
-    args = (jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(seed))
-    return _init(model, drafter, *args, capacity=capacity, buffer=buffer)
+    b = prepare(model, drafter, PROMPTS, cfg)
+    init = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
+    args = (b.prompts, b.lengths, b.active, np.int32(seed))
+    return init(model, drafter, *args, capacity=b.capacity, buffer=b.buffer)
 
 
 def _stop_token(rows):
@@ -86,7 +86,7 @@ def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     state = initial_state(target, drafter, cfg, seed=0)
     mixed = False
     while not bool(jnp.all(state.done)):
-        state = _step(target, drafter, state, cfg)
+        state = jax.jit(step, static_argnames="config")(target, drafter, state, cfg)
         taus = set(np.asarray(state.last_accepted).tolist())
         mixed |= {0, 3} <= taus
     assert mixed

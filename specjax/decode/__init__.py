@@ -1,25 +1,67 @@
 """specjax.decode: the speculative decoding loop (``python -m specjax.decode --config ...``).
 
-``generate`` runs a whole generation as one compiled ``lax.while_loop``; ``Stream`` yields tokens
-as they are accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
+``generate`` runs a whole generation as two compiled programs (prefill, then a
+``lax.while_loop`` of steps), compiled once per shape bucket; ``Stream`` yields tokens as they are
+accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
+
+Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
+``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
+(the compiled programs, for HLO inspection), ``state_shardings`` / ``constrain_state`` (the
+decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half).
 """
 
+from specjax.decode import compile_cache
+from specjax.decode.buckets import EXACT, ShapeBuckets
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-from specjax.decode.loop import Generation, Stream, generate
-from specjax.decode.metrics import Metrics
+from specjax.decode.inputs import PreparedBatch, prepare
+from specjax.decode.loop import (
+    PROGRAMS,
+    Generation,
+    Stream,
+    compile_generation,
+    constrain_state,
+    decode_program,
+    generate,
+    outputs,
+    prefill_program,
+    state_shardings,
+)
+from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
-from specjax.decode.step import autoregressive_step, init_state, speculative_step, step
+from specjax.decode.step import (
+    autoregressive_step,
+    init_state,
+    speculative_step,
+    split_keys,
+    step,
+    verify_and_commit,
+)
 
 __all__ = [
     "AUTOREGRESSIVE",
+    "EXACT",
+    "PROGRAMS",
     "DecodeConfig",
     "DecodeState",
     "Generation",
     "Metrics",
+    "PreparedBatch",
+    "ShapeBuckets",
     "Stream",
+    "Timing",
     "autoregressive_step",
+    "compile_cache",
+    "compile_generation",
+    "constrain_state",
+    "decode_program",
     "generate",
     "init_state",
+    "outputs",
+    "prefill_program",
+    "prepare",
     "speculative_step",
+    "split_keys",
+    "state_shardings",
     "step",
+    "verify_and_commit",
 ]

@@ -1,5 +1,11 @@
-"""Whole generations: :func:`generate` (one compiled ``lax.while_loop`` program) and
-:class:`Stream` (the same jitted step called from Python, yielding tokens as they are accepted).
+"""Whole generations: :func:`generate` and :class:`Stream`.
+
+A generation is two compiled programs: *prefill* (prompts -> :class:`DecodeState`) and *decode*
+(``step`` under ``lax.while_loop`` for at most ``max_steps`` steps or until every row is done;
+the state is donated, so caches are updated in place). :func:`generate` runs decode once for the
+first step (timing the first token) and once for the rest; :class:`Stream` runs it one step per
+call. Inputs are padded to :class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are
+kept per shape, so prompts of different lengths reuse the same two programs.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.metrics import Metrics
+from specjax.decode.inputs import PreparedBatch, prepare
+from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, step
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel
+
+UNLIMITED = np.iinfo(np.int32).max
+"""``max_steps`` that runs decode until every row is done."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,64 +40,18 @@ class Generation:
 
     Attributes:
       tokens: generated ids per row (prompt excluded; a stop token that ended a row is kept).
-      metrics: the :class:`Metrics`.
-      compile_seconds: time spent compiling (not part of ``metrics.seconds``).
+      metrics: the :class:`Metrics` (timings excluding compilation, and the compile time).
+      programs_compiled: programs this call compiled (0 when every shape was seen before).
     """
 
     tokens: list[list[int]]
     metrics: Metrics
-    compile_seconds: float = 0.0
+    programs_compiled: int = 0
 
-
-def _draft_len(drafter) -> int:
-    return 0 if drafter is None else drafter.draft_len
-
-
-def prepare(target: PureModel, drafter, prompts: Sequence[Sequence[int]], config: DecodeConfig):
-    """Checks the inputs and pads them: returns ``(prompts [B, T], lengths [B], capacity,
-    buffer)``. Every problem is one ``ValueError`` naming the fix."""
-    if config.speculative and drafter is None:
-        raise ValueError(f"verifier {config.verifier!r} needs a drafter; pass one")
-    if drafter is not None:
-        if config.multipath is False and drafter.num_paths > 1:
-            raise ValueError(
-                f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
-                f"{drafter.num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
-            )
-        if drafter.replacement != config.replacement:
-            raise ValueError("drafter and verifier disagree on replacement; set both the same")
-        draft_vocab = getattr(drafter, "vocab_size", None) or drafter.model.config.vocab_size
-        if draft_vocab != target.config.vocab_size:
-            raise ValueError(
-                f"draft vocab_size {draft_vocab} != target vocab_size "
-                f"{target.config.vocab_size}; draft and target must share one tokenizer"
-            )
-    if len(prompts) == 0:
-        raise ValueError("no prompts given")
-    vocab = target.config.vocab_size
-    lengths = [len(p) for p in prompts]
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty; give at least one token")
-        if min(p) < 0 or max(p) >= vocab:
-            raise ValueError(f"prompt {i} has token ids outside [0, {vocab}); wrong tokenizer?")
-    k_paths = 1 if drafter is None else drafter.num_paths
-    longest = max(lengths)
-    capacity = longest + config.max_new_tokens + k_paths * _draft_len(drafter) + 2
-    limits = [target.config.max_seq_len]
-    if drafter is not None and hasattr(drafter, "model"):
-        limits.append(drafter.model.config.max_seq_len)
-    if capacity > min(limits):
-        raise ValueError(
-            f"prompt ({longest} tokens) + max_new_tokens ({config.max_new_tokens}) + draft tree "
-            f"({capacity - longest - config.max_new_tokens}) = {capacity} positions exceed the "
-            f"model's max_seq_len {min(limits)}; shorten the prompt or lower max_new_tokens"
-        )
-    padded = np.zeros((len(prompts), longest), np.int32)
-    for i, p in enumerate(prompts):
-        padded[i, : len(p)] = p
-    buffer = longest + config.max_new_tokens + _draft_len(drafter) + 1
-    return padded, np.asarray(lengths, np.int32), capacity, buffer
+    @property
+    def compile_seconds(self) -> float:
+        """Time spent compiling (not part of ``metrics.seconds``)."""
+        return self.metrics.compile_seconds
 
 
 def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
@@ -109,15 +74,31 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
     return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
 
 
-def _constrain(state: DecodeState, mesh, draft_tp: bool) -> DecodeState:
-    """Keeps the state on its mesh layout inside the compiled loop."""
+def constrain_state(state: DecodeState, mesh: Mesh | None, draft_tp: bool) -> DecodeState:
+    """Keeps the state on its mesh layout inside a compiled program (identity without a mesh)."""
+    if mesh is None:
+        return state
     return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh, draft_tp))
 
 
-def _program(
-    target, drafter, prompts, prompt_lengths, seed, *, config, capacity, buffer, mesh, draft_tp
-):
-    """The whole generation: prefill, then ``step`` under ``lax.while_loop`` until all done."""
+def _readable_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
+    """Output layout of the programs: caches as inside the loop, everything else replicated
+    so that every process can read tokens, lengths and counters."""
+    inner = state_shardings(state, mesh, draft_tp)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    small = {
+        f.name: jax.tree.map(lambda _: replicated, getattr(inner, f.name))
+        for f in dataclasses.fields(inner)
+        if f.name not in ("target_cache", "draft_state")
+    }
+    draft = inner.draft_state
+    if not isinstance(state.draft_state, KVCache):
+        draft = jax.tree.map(lambda _: replicated, draft)
+    return inner.replace(**small, draft_state=draft)
+
+
+def prefill_program(target, drafter, prompts, prompt_lengths, active, seed, *, capacity, buffer):
+    """Prompts -> the initial :class:`DecodeState` (padding rows start done)."""
     state = init_state(
         target,
         drafter,
@@ -127,32 +108,161 @@ def _program(
         capacity=capacity,
         buffer=buffer,
     )
-    constrain = (lambda s: s) if mesh is None else (lambda s: _constrain(s, mesh, draft_tp))
-    body = lambda s: constrain(step(target, drafter, s, config))
-    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, constrain(state))
-    return state.replace(target_cache=None, draft_state=None)  # the caches stay on device
+    return state.replace(done=~active)
 
 
-_STATIC = ("config", "capacity", "buffer", "mesh", "draft_tp")
-_generate = jax.jit(_program, static_argnames=_STATIC)
+def decode_program(target, drafter, state, max_steps, *, config, mesh=None, draft_tp=False):
+    """Runs ``step`` until every row is done or ``max_steps`` steps have run."""
+    constrain = lambda s: constrain_state(s, mesh, draft_tp)
+    cond = lambda c: (c[0] < max_steps) & ~jnp.all(c[1].done)
+    body = lambda c: (c[0] + 1, constrain(step(target, drafter, c[1], config)))
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))[1]
 
 
-def _compile(args, mesh, draft_tp, **static):
-    """AOT-compiles the program; with a mesh, under explicit in/out shardings."""
-    if mesh is None:
-        return _generate.lower(*args, mesh=None, draft_tp=False, **static).compile()
-    in_shardings = jax.tree.map(lambda x: x.sharding, args)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    fn = functools.partial(_program, mesh=mesh, draft_tp=draft_tp, **static)
-    jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=replicated)
-    return jitted.lower(*args).compile()
+def _signature(args) -> tuple:
+    """What a compiled program depends on: pytree structure (static fields included), shapes,
+    dtypes and layouts of the leaves."""
+    leaves, treedef = jax.tree.flatten(args)
+    avals = tuple(
+        (tuple(x.shape), x.dtype, getattr(x, "weak_type", False), getattr(x, "sharding", None))
+        for x in leaves
+    )
+    return treedef, avals
 
 
-def outputs(state: DecodeState) -> list[list[int]]:
-    """Generated ids per row (prompt excluded)."""
+class _Programs:
+    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
+
+    def __init__(self):
+        self._cache: dict = {}
+        self.compiled = 0  # programs compiled so far in this process
+
+    def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
+        """The (prefill, decode) executables for prefill arguments ``args``."""
+        key = (_signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
+        if key not in self._cache:
+            self._cache[key] = self._compile(args, sizes, config, mesh, draft_tp)
+            self.compiled += 2
+        return self._cache[key]
+
+    @staticmethod
+    def _compile(args, sizes, config, mesh, draft_tp):
+        prefill = functools.partial(prefill_program, **sizes)
+        decode = functools.partial(decode_program, config=config, mesh=mesh, draft_tp=draft_tp)
+        state = jax.eval_shape(prefill, *args)
+        steps = jax.ShapeDtypeStruct((), np.int32)
+        if mesh is None:
+            prefill_jit, decode_jit = jax.jit(prefill), jax.jit(decode, donate_argnums=(2,))
+        else:
+            out = _readable_shardings(state, mesh, draft_tp)
+            state = jax.tree.map(
+                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, out
+            )
+            replicated = NamedSharding(mesh, PartitionSpec())
+            steps = jax.ShapeDtypeStruct((), np.int32, sharding=replicated)
+            shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+            prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
+            decode_args = (args[0], args[1], state, steps)
+            decode_jit = jax.jit(
+                decode,
+                in_shardings=shardings_of(decode_args),
+                out_shardings=out,
+                donate_argnums=(2,),
+            )
+        target, drafter = args[0], args[1]
+        return (
+            prefill_jit.lower(*args).compile(),
+            decode_jit.lower(target, drafter, state, steps).compile(),
+        )
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+
+PROGRAMS = _Programs()
+"""This process's compiled generation programs (``PROGRAMS.compiled`` counts compilations)."""
+
+
+def compile_generation(
+    target: PureModel,
+    prompts: Sequence[Sequence[int]],
+    config: DecodeConfig,
+    drafter=None,
+    mesh: Mesh | None = None,
+    buckets: ShapeBuckets = DEFAULT,
+):
+    """The two compiled programs :func:`generate` would run, ``(prefill, decode)``, for
+    inspection: ``.as_text()`` is the optimised HLO, ``.cost_analysis()`` XLA's estimates.
+    (Compiled once per shape, like :func:`generate`'s own.)"""
+    run = _Run(target, drafter, prompts, config, 0, mesh, buckets)
+    return run.prefill, run.decode_executable
+
+
+def outputs(state: DecodeState, rows: int | None = None) -> list[list[int]]:
+    """Generated ids of the first ``rows`` rows (default all; prompt excluded)."""
     tokens = np.asarray(state.tokens)
     start, end = np.asarray(state.prompt_lengths), np.asarray(state.lengths)
-    return [tokens[b, start[b] : end[b]].tolist() for b in range(tokens.shape[0])]
+    rows = tokens.shape[0] if rows is None else rows
+    return [tokens[b, start[b] : end[b]].tolist() for b in range(rows)]
+
+
+def _counters(state: DecodeState) -> DecodeState:
+    """The state without its caches (what metrics and outputs read)."""
+    return jax.device_get(state.replace(target_cache=None, draft_state=None))
+
+
+class _Run:
+    """One generation's inputs placed on devices, and its two compiled programs."""
+
+    def __init__(self, target, drafter, prompts, config, seed, mesh, buckets):
+        self.drafter = drafter if config.speculative else None
+        self.target, self.config, self.mesh = target, config, mesh
+        before, start = PROGRAMS.compiled, time.perf_counter()
+        multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
+        self.batch: PreparedBatch = prepare(
+            target, self.drafter, prompts, config, buckets, multiple
+        )
+        b = self.batch
+        seed = np.asarray(seed, np.int32)
+        self.draft_tp = False
+        if mesh is None:
+            self.args = (target, self.drafter, b.prompts, b.lengths, b.active, seed)
+            self.args = jax.tree.map(jnp.asarray, self.args)
+            self.put_scalar = jnp.asarray
+        else:
+            sharding.check_model(target.config, mesh)
+            self.draft_tp = _is_tensor_parallel(self.drafter)
+            place = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
+            replicated = NamedSharding(mesh, PartitionSpec())
+            self.put_scalar = lambda x: sharding.put(x, replicated)
+            self.args = (
+                target,
+                self.drafter,
+                place(b.prompts),
+                place(b.lengths),
+                place(b.active),
+                self.put_scalar(seed),
+            )
+        sizes = dict(capacity=b.capacity, buffer=b.buffer)
+        self.prefill, self.decode_executable = PROGRAMS.get(
+            self.args, sizes, config, mesh, self.draft_tp
+        )
+        self.compile_seconds = time.perf_counter() - start
+        self.compiled = PROGRAMS.compiled - before
+
+    def start(self) -> DecodeState:
+        """Runs prefill."""
+        return self.prefill(*self.args)
+
+    def decode(self, state: DecodeState, max_steps: int) -> DecodeState:
+        """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards)."""
+        steps = self.put_scalar(np.int32(max_steps))
+        return self.decode_executable(self.target, self.drafter, state, steps)
+
+    def result(self, state: DecodeState, timing: Timing) -> Generation:
+        counters = _counters(state)
+        metrics = Metrics.from_state(counters, timing)
+        return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 
 
 def generate(
@@ -162,8 +272,10 @@ def generate(
     drafter=None,
     seed: int = 0,
     mesh: Mesh | None = None,
+    buckets: ShapeBuckets = DEFAULT,
 ) -> Generation:
-    """Generates for every prompt as ONE compiled program (prefill + ``lax.while_loop``).
+    """Generates for every prompt with two compiled programs (prefill, then decode under
+    ``lax.while_loop``), compiled once per shape bucket.
 
     Args:
       target: the target model (:class:`PureModel`).
@@ -175,53 +287,35 @@ def generate(
       mesh: a device mesh (:func:`specjax.sharding.make_mesh`) or None for one device. With a
         mesh, the models must already be placed on it (:func:`specjax.sharding.shard_module`;
         the target tensor-parallel, the draft tensor-parallel or replicated); prompts are split
-        over ``data``, KV caches over ``data`` and ``model``, and the program is compiled with
-        explicit in/out shardings. Outputs are replicated, so every process can read them.
+        over ``data`` (the batch padded to a multiple of it), KV caches over ``data`` and
+        ``model``, and the programs are compiled with explicit in/out shardings. Outputs are
+        replicated, so every process can read them.
+      buckets: prompt-length and batch sizes that inputs are padded to
+        (:data:`~specjax.decode.buckets.EXACT` for none); padding never changes the output.
 
     Returns:
-      A :class:`Generation`; ``metrics.seconds`` times the compiled run alone.
+      A :class:`Generation`. ``metrics.seconds`` times the compiled programs alone (prefill and
+      decode), ``metrics.time_to_first_token`` prefill plus the first step, and
+      ``metrics.compile_seconds`` the compilation this call needed (0 for a seen shape).
     """
-    drafter = drafter if config.speculative else None
-    padded, lengths, capacity, buffer = prepare(target, drafter, prompts, config)
-    seed = np.asarray(seed, np.int32)
-    draft_tp = False
-    if mesh is None:
-        args = (target, drafter, jnp.asarray(padded), jnp.asarray(lengths), jnp.asarray(seed))
-    else:
-        sharding.check_batch(len(prompts), mesh)
-        sharding.check_model(target.config, mesh)
-        draft_tp = _is_tensor_parallel(drafter)
-        place = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
-        replicated = NamedSharding(mesh, PartitionSpec())
-        args = (target, drafter, place(padded), place(lengths), sharding.put(seed, replicated))
-    static = dict(config=config, capacity=capacity, buffer=buffer)
+    run = _Run(target, drafter, prompts, config, seed, mesh, buckets)
     start = time.perf_counter()
-    compiled = _compile(args, mesh, draft_tp, **static)
-    compile_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    state = jax.block_until_ready(compiled(*args))
+    state = run.decode(run.start(), 1)
+    first_lengths = jax.device_get(state.lengths)  # waits for the first step
+    first = time.perf_counter() - start
+    state = jax.block_until_ready(run.decode(state, UNLIMITED))
     seconds = time.perf_counter() - start
-    return Generation(outputs(state), Metrics.from_state(state, seconds), compile_seconds)
-
-
-def _is_tensor_parallel(drafter) -> bool:
-    """Whether a model drafter's weights are split over the mesh (else replicated)."""
-    model = getattr(drafter, "model", None)
-    if model is None:
-        return False
-    return any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(model.state))
-
-
-_init = jax.jit(init_state, static_argnames=("capacity", "buffer"))
-_step = jax.jit(step, static_argnames=("config",))
+    first_tokens = int(np.sum((first_lengths - run.batch.lengths)[: run.batch.rows]))
+    timing = Timing(seconds, run.compile_seconds, first, first_tokens)
+    return run.result(state, timing)
 
 
 class Stream:
     """Streaming generation: iterate to receive each step's newly accepted ids per row.
 
     ``for new in Stream(...)`` yields ``list[list[int]]`` (one list per row, possibly empty);
-    afterwards :attr:`result` holds the :class:`Generation`. Each step is the same jitted step
-    as :func:`generate`'s loop body, with one host read of the lengths per step.
+    afterwards :attr:`result` holds the :class:`Generation`. It runs :func:`generate`'s own two
+    programs (decode one step per call), with one host read of the lengths per step.
     """
 
     def __init__(
@@ -231,35 +325,37 @@ class Stream:
         config: DecodeConfig,
         drafter=None,
         seed: int = 0,
+        buckets: ShapeBuckets = DEFAULT,
     ):
-        self.target, self.config, self.seed = target, config, seed
-        self.drafter = drafter if config.speculative else None
-        self._prepared = prepare(target, self.drafter, prompts, config)
+        self._run = _Run(target, drafter, prompts, config, seed, None, buckets)
         self.result: Generation | None = None
 
     def __iter__(self) -> Iterator[list[list[int]]]:
-        padded, lengths, capacity, buffer = self._prepared
+        run, rows = self._run, self._run.batch.rows
         start = time.perf_counter()
-        state = _init(
-            self.target,
-            self.drafter,
-            jnp.asarray(padded),
-            jnp.asarray(lengths),
-            jax.random.key(self.seed),
-            capacity=capacity,
-            buffer=buffer,
-        )
-        seen = np.asarray(lengths).copy()
+        state = run.start()
+        seen = np.asarray(run.batch.lengths).copy()
+        first = first_tokens = None
         while True:
-            state = _step(self.target, self.drafter, state, self.config)
+            state = run.decode(state, 1)
             now, done = jax.device_get((state.lengths, state.done))
+            if first is None:
+                first, first_tokens = time.perf_counter() - start, int(np.sum((now - seen)[:rows]))
             tokens = np.asarray(state.tokens) if np.any(now > seen) else None
             yield [
                 tokens[b, seen[b] : now[b]].tolist() if tokens is not None else []
-                for b in range(len(now))
+                for b in range(rows)
             ]
             seen = now
             if np.all(done):
                 break
         seconds = time.perf_counter() - start
-        self.result = Generation(outputs(state), Metrics.from_state(state, seconds))
+        self.result = run.result(state, Timing(seconds, run.compile_seconds, first, first_tokens))
+
+
+def _is_tensor_parallel(drafter) -> bool:
+    """Whether a model drafter's weights are split over the mesh (else replicated)."""
+    model = getattr(drafter, "model", None)
+    if model is None:
+        return False
+    return any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(model.state))

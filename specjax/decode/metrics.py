@@ -4,8 +4,12 @@
 * acceptance rate = accepted draft tokens / draft tokens proposed on the followed path;
 * per-position acceptance: of the steps that proposed draft position i, the fraction accepting it;
 * accepted-length histogram: steps by tau;
-* tokens/s (generated tokens over the timed run), speedup = autoregressive time / speculative time
-  for the same prompts and length, measured in the same run.
+* tokens/s (generated tokens over the timed run: prefill and decode, compilation excluded),
+  speedup = autoregressive time / speculative time for the same prompts and length, measured in
+  the same run;
+* time to first token (prefill plus the first step), decode tokens/s (the tokens after the first
+  step over the time after it) and compile time (0 when every program was compiled before),
+  each reported on its own.
 """
 
 from __future__ import annotations
@@ -16,6 +20,23 @@ import jax
 import numpy as np
 
 from specjax.decode.state import DecodeState
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock figures of one generation.
+
+    Attributes:
+      seconds: the compiled programs end to end (prefill and every step; no compilation).
+      compile_seconds: compilation this generation needed.
+      time_to_first_token: prefill plus the first step.
+      first_step_tokens: tokens the first step emitted (all rows).
+    """
+
+    seconds: float
+    compile_seconds: float = 0.0
+    time_to_first_token: float = float("nan")
+    first_step_tokens: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +53,12 @@ class Metrics:
     tokens_per_second: float
     speedup: float | None = None
 
+    compile_seconds: float = 0.0
+    time_to_first_token: float = float("nan")
+    decode_tokens_per_second: float = float("nan")
+    decode_seconds: float = float("nan")
+    decode_tokens: int = 0
+
     steps: int = 0
     accepted_tokens: int = 0
     proposed_tokens: int = 0
@@ -40,9 +67,21 @@ class Metrics:
 
     @classmethod
     def from_counts(
-        cls, steps, accepted, proposed, pos_acc, pos_prop, histogram, forwards, generated, seconds
+        cls,
+        steps,
+        accepted,
+        proposed,
+        pos_acc,
+        pos_prop,
+        histogram,
+        forwards,
+        generated,
+        timing: Timing,
     ) -> Metrics:
-        """Derives the rates from raw counters (summed over rows)."""
+        """Derives the rates from raw counters (summed over rows) and the timing."""
+        seconds = timing.seconds
+        decode_seconds = seconds - timing.time_to_first_token
+        decode_tokens = int(generated) - timing.first_step_tokens
         return cls(
             block_efficiency=(accepted + steps) / max(steps, 1),
             acceptance_rate=accepted / max(proposed, 1),
@@ -54,6 +93,13 @@ class Metrics:
             generated_tokens=int(generated),
             seconds=seconds,
             tokens_per_second=generated / seconds if seconds > 0 else float("nan"),
+            compile_seconds=timing.compile_seconds,
+            time_to_first_token=timing.time_to_first_token,
+            decode_tokens_per_second=(
+                decode_tokens / decode_seconds if decode_seconds > 0 else float("nan")
+            ),
+            decode_seconds=decode_seconds,
+            decode_tokens=decode_tokens,
             steps=int(steps),
             accepted_tokens=int(accepted),
             proposed_tokens=int(proposed),
@@ -62,8 +108,10 @@ class Metrics:
         )
 
     @classmethod
-    def from_state(cls, state: DecodeState, seconds: float) -> Metrics:
-        """Reads the counters of a finished :class:`DecodeState` (one host transfer)."""
+    def from_state(cls, state: DecodeState, timing: Timing | float) -> Metrics:
+        """Reads the counters of a finished :class:`DecodeState` (one host transfer; pass it
+        without caches); ``timing`` may be plain seconds."""
+        timing = timing if isinstance(timing, Timing) else Timing(timing)
         s = jax.device_get(state)
         return cls.from_counts(
             np.sum(s.steps),
@@ -74,7 +122,7 @@ class Metrics:
             np.sum(s.histogram, axis=0),
             np.max(s.steps),
             np.sum(s.lengths - s.prompt_lengths),
-            seconds,
+            timing,
         )
 
     @classmethod
@@ -84,7 +132,7 @@ class Metrics:
             return parts[0]
         total = lambda name: sum(getattr(m, name) for m in parts)
         vector = lambda name: np.sum([getattr(m, name) for m in parts], axis=0)
-        return cls.from_counts(
+        combined = cls.from_counts(
             total("steps"),
             total("accepted_tokens"),
             total("proposed_tokens"),
@@ -93,7 +141,17 @@ class Metrics:
             vector("accepted_length_histogram"),
             total("target_forwards"),
             total("generated_tokens"),
-            total("seconds"),
+            Timing(total("seconds"), total("compile_seconds")),
+        )
+        decode_seconds, decode_tokens = total("decode_seconds"), total("decode_tokens")
+        return dataclasses.replace(
+            combined,
+            time_to_first_token=float(np.mean([m.time_to_first_token for m in parts])),
+            decode_seconds=decode_seconds,
+            decode_tokens=decode_tokens,
+            decode_tokens_per_second=(
+                decode_tokens / decode_seconds if decode_seconds > 0 else float("nan")
+            ),
         )
 
     def with_speedup(self, baseline_seconds: float) -> Metrics:
@@ -109,7 +167,10 @@ class Metrics:
             ("accepted-length histogram", " ".join(map(str, self.accepted_length_histogram))),
             ("target forwards", str(self.target_forwards)),
             ("generated tokens", str(self.generated_tokens)),
-            ("tokens/s", f"{self.tokens_per_second:.1f} ({self.seconds:.3f} s)"),
+            ("tokens/s", f"{self.tokens_per_second:.1f} ({self.seconds:.3f} s, compile excluded)"),
+            ("time to first token", f"{self.time_to_first_token * 1e3:.1f} ms"),
+            ("decode tokens/s", f"{self.decode_tokens_per_second:.1f}"),
+            ("compile", f"{self.compile_seconds:.2f} s"),
         ]
         if self.speedup is not None:
             rows.append(("speedup vs autoregressive", f"{self.speedup:.2f}x"))

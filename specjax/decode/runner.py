@@ -19,7 +19,8 @@ import numpy as np
 from flax import nnx
 
 from specjax import sharding
-from specjax.decode import placement, submesh
+from specjax.decode import compile_cache, placement, submesh
+from specjax.decode.buckets import ShapeBuckets, parse_sizes
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
@@ -162,9 +163,17 @@ def atomic_write(path: str | Path, text: str) -> None:
         raise
 
 
-def _stream(target, batch, config, drafter, seed, tokenizer, out) -> Generation:
+def build_buckets(cfg) -> ShapeBuckets:
+    """The :class:`ShapeBuckets` of ``prompt_buckets`` and ``batch_buckets``."""
+    return ShapeBuckets(
+        parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
+        parse_sizes(cfg.batch_buckets, "batch_buckets"),
+    )
+
+
+def _stream(target, batch, config, drafter, seed, tokenizer, out, buckets) -> Generation:
     """Streams row 0's text to ``out`` as it is accepted."""
-    stream = Stream(target, batch, config, drafter, seed)
+    stream = Stream(target, batch, config, drafter, seed, buckets)
     ids, shown = [], ""
     for new in stream:
         ids.extend(new[0])
@@ -196,6 +205,8 @@ def run(cfg, out=sys.stdout) -> dict:
     prints and writes files.
     """
     _check_choices(cfg)
+    buckets = build_buckets(cfg)
+    compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)
     if mesh is not None and cfg.stream:
         raise ValueError("stream=True decodes on one device; unset mesh_shape to stream")
@@ -204,16 +215,18 @@ def run(cfg, out=sys.stdout) -> dict:
     target, tokenizer, drafter, config = build(cfg, mesh, draft_mesh)
     if draft_mesh is not None and config.speculative:
         decode = lambda b, s: submesh.generate_on_submeshes(
-            target, b, config, drafter, s, mesh, draft_mesh
+            target, b, config, drafter, s, mesh, draft_mesh, buckets
         )
     else:
-        decode = lambda b, s: generate(target, b, config, drafter, s, mesh)
+        decode = lambda b, s: generate(target, b, config, drafter, s, mesh, buckets)
     texts, prompts = read_prompts(cfg, tokenizer)
     batches = [prompts[i : i + cfg.batch_size] for i in range(0, len(prompts), cfg.batch_size)]
     runs: list[Generation] = []
     for i, batch in enumerate(batches):
         if cfg.stream:
-            runs.append(_stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out))
+            runs.append(
+                _stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out, buckets)
+            )
         else:
             runs.append(decode(batch, cfg.seed + i))
     tokens = [row for g in runs for row in g.tokens]
@@ -222,7 +235,8 @@ def run(cfg, out=sys.stdout) -> dict:
     if cfg.compare_autoregressive and config.speculative:
         ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE)
         ar = [
-            generate(target, b, ar_config, None, cfg.seed + i, mesh) for i, b in enumerate(batches)
+            generate(target, b, ar_config, None, cfg.seed + i, mesh, buckets)
+            for i, b in enumerate(batches)
         ]
         ar_metrics = Metrics.combine([g.metrics for g in ar])
         metrics = metrics.with_speedup(ar_metrics.seconds)

@@ -104,8 +104,11 @@ def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeCon
     """One target token per active row, sampled exactly as the speculative step's target law."""
     keys, k_sample = split_keys(state.keys, 2)
     logits, cache = target(_last_tokens(state), cache=state.target_cache)  # [B, 1, V]
-    probs = sampling.probs_from_logits(logits[:, 0], config.sampling)  # [B, V]
-    token = jax.vmap(sampling.sample)(k_sample, probs)  # [B]
+    if config.sampling.greedy:
+        token = sampling.greedy_token(logits[:, 0])  # [B]
+    else:
+        probs = sampling.probs_from_logits(logits[:, 0], config.sampling)  # [B, V]
+        token = jax.vmap(sampling.sample)(k_sample, probs)  # [B]
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))

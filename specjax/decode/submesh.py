@@ -18,9 +18,11 @@ import jax
 import numpy as np
 
 from specjax import sharding
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.loop import Generation, outputs, prepare
-from specjax.decode.metrics import Metrics
+from specjax.decode.inputs import prepare
+from specjax.decode.loop import Generation, outputs
+from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.models.pure import PureModel
 
@@ -90,13 +92,14 @@ def generate_on_submeshes(
     seed: int,
     mesh,
     draft_mesh,
+    buckets: ShapeBuckets = DEFAULT,
 ) -> Generation:
     """:func:`specjax.decode.generate` with the target on ``mesh`` and a model drafter on
     ``draft_mesh`` (both already placed there). Same tokens as the single-program loop;
     ``metrics.seconds`` excludes compilation (a warm-up step compiles every program first)."""
-    padded, lengths, capacity, buffer = prepare(target, drafter, prompts, config)
-    for m in (mesh, draft_mesh):
-        sharding.check_batch(len(prompts), m)
+    multiple = int(np.lcm(*(sharding.axis_size(m, "data") for m in (mesh, draft_mesh))))
+    batch = prepare(target, drafter, prompts, config, buckets, multiple)
+    padded, lengths, capacity, buffer = batch.prompts, batch.lengths, batch.capacity, batch.buffer
     sharding.check_model(target.config, mesh)
     on = lambda m: lambda x: jax.device_put(x, sharding.batch_sharding(m, np.ndim(x)))
     to_t, to_d = on(mesh), on(draft_mesh)
@@ -111,7 +114,7 @@ def generate_on_submeshes(
             capacity=capacity,
             buffer=buffer,
             draft_len=drafter.draft_len,
-        )
+        ).replace(done=to_t(~batch.active))
         draft_state = _init_draft(drafter, to_d(padded), to_d(lengths), capacity=capacity)
         steps = 0
         while max_steps is None or steps < max_steps:
@@ -142,4 +145,5 @@ def generate_on_submeshes(
     state = run(None)
     seconds = time.perf_counter() - start
     state = jax.device_get(state.replace(target_cache=None))
-    return Generation(outputs(state), Metrics.from_state(state, seconds), compile_seconds)
+    metrics = Metrics.from_state(state, Timing(seconds, compile_seconds))
+    return Generation(outputs(state, batch.rows), metrics)

@@ -49,6 +49,16 @@ class ModelDrafter:
         if not self.replacement and self.num_paths > self.model.config.vocab_size:
             raise ValueError("num_paths exceeds the vocabulary: cannot draw without replacement")
 
+    @property
+    def vocab_size(self) -> int:
+        """V of the draft model (must equal the target's)."""
+        return self.model.config.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        """The draft model's longest sequence."""
+        return self.model.config.max_seq_len
+
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> KVCache:
         """The draft cache of every prompt but its last token."""
         return prefill(self.model, prompts, prompt_lengths, capacity)

@@ -46,6 +46,8 @@ class NgramDrafter:
         if self.draft_len < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.draft_len}")
 
+    max_seq_len = None  # no model, no limit of its own
+
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> tuple:
         """No state: the drafter reads the token buffer."""
         del prompts, prompt_lengths, capacity

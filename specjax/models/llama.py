@@ -90,8 +90,11 @@ class Attention(nnx.Module):
         scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, S]
         out = jnp.einsum("bgrts,bsge->btgre", probs, cache_v[layer].astype(dtype))
-        out = out.reshape(b, t, c.num_heads, c.head_dim)
-        return jnp.einsum("bthe,hed->btd", out, self.wo[...].astype(dtype)), cache_k, cache_v
+        # One [B, T, H*E] x [H*E, D] product: contracting (h, e) of wo in its stored order, so
+        # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
+        out = out.reshape(b, t, c.num_heads * c.head_dim)
+        wo = self.wo[...].astype(dtype).reshape(c.num_heads * c.head_dim, -1)  # [H*E, D]
+        return jnp.einsum("btk,kd->btd", out, wo), cache_k, cache_v
 
 
 class MLP(nnx.Module):
@@ -208,8 +211,12 @@ class Llama(nnx.Module):
             x = x + attn_out
             x = x + layer.mlp(layer.mlp_norm(x))
         x = self.norm(x)
-        head = self.embed[...].T if c.tie_embeddings else self.lm_head[...]
-        logits = jnp.einsum("btd,dv->btv", x, head.astype(c.compute_dtype)).astype(jnp.float32)
+        dtype = c.compute_dtype
+        if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose
+            logits = jnp.einsum("btd,vd->btv", x, self.embed[...].astype(dtype))
+        else:
+            logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
+        logits = logits.astype(jnp.float32)
         if standalone:
             return logits
         return logits, KVCache(ks, vs, cache.lengths + t)

@@ -1,0 +1,108 @@
+"""Checking and padding a generation's inputs before anything is compiled.
+
+:func:`prepare` turns prompts of any lengths into the padded arrays and static sizes of a compiled
+generation, rounded up to :class:`~specjax.decode.buckets.ShapeBuckets` so that different prompts
+reuse one program. Every problem is one ``ValueError`` naming the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
+from specjax.decode.config import DecodeConfig
+
+
+class PreparedBatch(NamedTuple):
+    """A padded prompt batch and the static sizes of its program.
+
+    Attributes:
+      prompts: int32 ``[B, T]`` right-padded prompts (B and T rounded up to buckets).
+      lengths: int32 ``[B]`` true prompt lengths (1 for padding rows).
+      active: bool ``[B]``: real rows (the first ``rows``); padding rows start done.
+      rows: how many prompts were given.
+      capacity: S of the KV caches.
+      buffer: length of the token buffer.
+    """
+
+    prompts: np.ndarray
+    lengths: np.ndarray
+    active: np.ndarray
+    rows: int
+    capacity: int
+    buffer: int
+
+
+def check_drafter(target, drafter, config: DecodeConfig) -> None:
+    """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
+    if config.speculative and drafter is None:
+        raise ValueError(f"verifier {config.verifier!r} needs a drafter; pass one")
+    if drafter is None:
+        return
+    if config.multipath is False and drafter.num_paths > 1:
+        raise ValueError(
+            f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
+            f"{drafter.num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
+        )
+    if drafter.replacement != config.replacement:
+        raise ValueError("drafter and verifier disagree on replacement; set both the same")
+    if drafter.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"draft vocab_size {drafter.vocab_size} != target vocab_size "
+            f"{target.config.vocab_size}; draft and target must share one tokenizer"
+        )
+
+
+def prepare(
+    target,
+    drafter,
+    prompts: Sequence[Sequence[int]],
+    config: DecodeConfig,
+    buckets: ShapeBuckets = DEFAULT,
+    batch_multiple: int = 1,
+) -> PreparedBatch:
+    """Checks the inputs and pads them to ``buckets``.
+
+    Args:
+      target: the target model; drafter: the drafter or None.
+      prompts: token ids per row (lengths >= 1).
+      config: the decoding config.
+      buckets: the shape buckets (:data:`~specjax.decode.buckets.EXACT` for none).
+      batch_multiple: the padded batch is a multiple of this (a mesh's ``data`` axis).
+    """
+    check_drafter(target, drafter, config)
+    if len(prompts) == 0:
+        raise ValueError("no prompts given")
+    vocab = target.config.vocab_size
+    lengths = [len(p) for p in prompts]
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; give at least one token")
+        if min(p) < 0 or max(p) >= vocab:
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab}); wrong tokenizer?")
+    k_paths = 1 if drafter is None else drafter.num_paths
+    draft_len = 0 if drafter is None else drafter.draft_len
+    tree = k_paths * draft_len + 2  # the draft tree and the root, plus one spare slot
+    longest = max(lengths)
+    limits = [target.config.max_seq_len, getattr(drafter, "max_seq_len", None)]
+    limit = min(x for x in limits if x is not None)
+    if longest + config.max_new_tokens + tree > limit:
+        raise ValueError(
+            f"prompt ({longest} tokens) + max_new_tokens ({config.max_new_tokens}) + draft tree "
+            f"({tree}) = {longest + config.max_new_tokens + tree} positions exceed the "
+            f"model's max_seq_len {limit}; shorten the prompt or lower max_new_tokens"
+        )
+    width = buckets.prompt_length(longest, limit - config.max_new_tokens - tree)
+    batch = buckets.batch_size(len(prompts), batch_multiple)
+    padded = np.zeros((batch, width), np.int32)
+    for i, p in enumerate(prompts):
+        padded[i, : len(p)] = p
+    true_lengths = np.ones((batch,), np.int32)
+    true_lengths[: len(prompts)] = lengths
+    active = np.arange(batch) < len(prompts)
+    capacity = width + config.max_new_tokens + tree
+    buffer = width + config.max_new_tokens + draft_len + 1
+    return PreparedBatch(padded, true_lengths, active, len(prompts), capacity, buffer)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, logging
 from flax import nnx
 from ml_collections import config_flags
 
+from specjax.config_files import loaded_config, parse_flags
 from specjax.models import Llama, LlamaConfig
 from specjax.models.tokenizer import ByteTokenizer
 from specjax.train import corpus, data
@@ -23,7 +24,6 @@ from specjax.train.export import export_run
 from specjax.train.trainer import TrainConfig, Trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.")
-flags.mark_flags_as_required(["config"])
 
 
 def run(cfg) -> dict:
@@ -54,10 +54,10 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # keep orbax's per-save INFO lines out
     try:
-        run(_CONFIG.value)
+        run(loaded_config(_CONFIG, "configs/shakespeare_target.py"))
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -64,6 +64,9 @@ def test_tiny_random_greedy_matches_autoregressive_and_writes_metrics(tmp_path):
         assert key in record, key
     assert len(record["tokens"]) == 2 and len(record["tokens"][0]) == 24
     assert record["greedy_matches_autoregressive"] is True
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert metrics.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not 0600
 
 
 def test_shakespeare_default_config_runs():
@@ -91,6 +94,24 @@ def test_bad_input_is_one_clear_error_line(override, message):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("error:") and message in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--config", "configs/nope.py"], "config file configs/nope.py not found"),
+        (["--config", "BROKEN"], "line 1: invalid syntax"),
+        ([], "--config is required"),
+        (["--config", "configs/tiny_random.py", "--config.temprature=0"], "'temprature'"),
+    ],
+)
+def test_config_file_problems_are_one_clear_error_line(args, message, tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_config(:\n")
+    out = cli(*[str(broken) if a == "BROKEN" else a for a in args])
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], out.stderr
 
 
 class _Interrupting:

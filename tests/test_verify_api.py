@@ -352,3 +352,27 @@ def test_padding_ends_the_draft(name):
         want = f(key, d.tokens, d.draft_probs, d.target_probs, num_draft=cut)
     for a, b in zip(as_tuple(got), as_tuple(want), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", CHAIN + MULTI)
+@pytest.mark.parametrize("bad", [11, 12, 10_000])  # V = 11: ids >= V are out of range
+def test_out_of_range_draft_tokens_are_rejected_like_padding(name, bad):
+    """An id >= V ends the draft exactly as -1 does: it is never accepted (it used to be
+    clipped to V - 1 and accepted)."""
+    d = make_draft(13, b=16, k=2, l=4)
+    cut = jnp.asarray(np.random.default_rng(2).integers(0, 4, size=(16, 2)), jnp.int32)
+    pos = jnp.arange(4)[None, None]
+    wrong = jnp.where(pos == cut[..., None], bad, d.tokens)
+    padded = jnp.where(pos == cut[..., None], -1, d.tokens)
+    key = jax.random.key(5)
+    if name in CHAIN:
+        f = verify.get(name)
+        rows = (d.draft_probs[:, 0], d.target_probs[:, 0])
+        got, want = f(key, wrong[:, 0], *rows), f(key, padded[:, 0], *rows)
+        assert np.all(np.asarray(got.num_accepted) <= np.asarray(cut[:, 0]))
+    else:
+        f = multipath(name)
+        got = f(key, wrong, d.draft_probs, d.target_probs)
+        want = f(key, padded, d.draft_probs, d.target_probs)
+    for a, b in zip(as_tuple(got), as_tuple(want), strict=True):
+        np.testing.assert_array_equal(a, b)

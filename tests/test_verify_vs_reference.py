@@ -34,7 +34,7 @@ def test_block_weights_and_stops_match_sequential_reference(zeros):
     num_draft = rng.integers(0, l + 1, size=b)
     with jax.enable_x64(True):
         toks = jnp.asarray(tokens, jnp.int32)
-        n = valid_lengths(jnp.asarray(num_draft), toks)
+        n = valid_lengths(jnp.asarray(num_draft), toks, v)
         log_w, h = block.block_weights_and_stops(toks, jnp.asarray(q), jnp.asarray(p), n)
         log_w, h = np.asarray(log_w), np.asarray(h)
     for i in range(b):
@@ -79,7 +79,7 @@ def test_gbv_selection_and_skew_match_reference(k, ties):
     num_draft = rng.integers(1, l + 1, size=(b, k))
     with jax.enable_x64(True):
         toks = jnp.asarray(tokens, jnp.int32)
-        n = valid_lengths(jnp.asarray(num_draft), toks)
+        n = valid_lengths(jnp.asarray(num_draft), toks, q.shape[-1])
         path, length, q_skew = (
             np.asarray(x) for x in gbv.gbv_select(toks, jnp.asarray(q), jnp.asarray(p), n)
         )
@@ -93,7 +93,7 @@ def test_gbv_stable_for_many_paths_and_deep_unlikely_paths():
     """K = 8, L = 8, V = 4096 in fp32: q_skew finite, normalised, no NaN, valid outputs."""
     family = synthetic.SyntheticFamily(vocab_size=4096, sharpness=4.0, draft_noise=1.5)
     d = synthetic.sample_draft(jax.random.key(0), family, 4, 8, 8)
-    n = valid_lengths(None, d.tokens)
+    n = valid_lengths(None, d.tokens, d.draft_probs.shape[-1])
     _, _, q_skew = gbv.gbv_select(d.tokens, d.draft_probs, d.target_probs, n)
     q_skew = np.asarray(q_skew)
     assert np.isfinite(q_skew).all() and (q_skew >= 0).all()

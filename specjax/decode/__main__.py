@@ -12,35 +12,20 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, logging
 from ml_collections import config_flags
 
+from specjax.config_files import loaded_config, parse_flags
 from specjax.decode import placement, runner
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
 
 
-def _parse(argv):
-    """absl's flag parsing with one error line instead of a usage dump."""
-    try:
-        return flags.FLAGS(argv)
-    except (KeyError, AttributeError) as err:  # ml_collections: an override of a missing key
-        key = str(err).strip("\"'")
-        sys.exit(
-            f"error: unknown config key {key!r}; the keys are those of the config file "
-            "(see configs/shakespeare.py)"
-        )
-    except (flags.Error, ValueError, TypeError) as err:
-        sys.exit(f"error: {err}")
-
-
 def main(argv):
     if len(argv) > 1:
         sys.exit(f"error: unexpected arguments {argv[1:]}; use --config.<key>=<value>")
-    if _CONFIG.value is None:
-        sys.exit("error: --config is required, e.g. --config configs/shakespeare.py")
+    cfg = loaded_config(_CONFIG, "configs/shakespeare.py")
     logging.set_verbosity(logging.WARNING)
-    cfg = _CONFIG.value
     try:
         placement.initialize(
             cfg.coordinator_address, cfg.num_processes, cfg.process_id, cfg.num_cpu_devices
@@ -55,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse)
+    app.run(main, flags_parser=parse_flags)

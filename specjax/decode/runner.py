@@ -155,6 +155,7 @@ def atomic_write(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -169,6 +170,12 @@ def build_buckets(cfg) -> ShapeBuckets:
         parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
         parse_sizes(cfg.batch_buckets, "batch_buckets"),
     )
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _stream(target, batch, config, drafter, seed, tokenizer, out, buckets) -> Generation:

@@ -109,7 +109,7 @@ def block_verify(
     """
     check_chain_inputs("block_verify", draft_tokens, draft_probs, target_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
-    n = valid_lengths(num_draft, draft_tokens)
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return block_verify_rows(
         key, draft_tokens, draft_probs.astype(dtype), target_probs.astype(dtype), n
     )

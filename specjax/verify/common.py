@@ -118,19 +118,22 @@ def _check_integer(name: str, draft_tokens: Array):
         )
 
 
-def valid_lengths(num_draft: Array | None, draft_tokens: Array) -> Array:
+def valid_lengths(num_draft: Array | None, draft_tokens: Array, vocab_size: int) -> Array:
     """Valid draft length per row (or per row and path): ``num_draft`` clipped to [0, L] and cut
-    at the first padding token (-1), since a draft ends where its padding starts.
+    at the first padding token (-1), since a draft ends where its padding starts. A token id
+    outside ``[0, V)`` ends the draft the same way: it and everything after it is rejected,
+    never accepted.
 
     Args:
       num_draft: optional int ``[B]`` (chain) or ``[B, K]`` (multi-path).
       draft_tokens: int ``[B, L]`` or ``[B, K, L]``.
+      vocab_size: V.
 
     Returns:
       int32 ``draft_tokens.shape[:-1]``.
     """
     length = draft_tokens.shape[-1]
-    is_pad = draft_tokens < 0
+    is_pad = (draft_tokens < 0) | (draft_tokens >= vocab_size)
     first_pad = jnp.where(jnp.any(is_pad, axis=-1), jnp.argmax(is_pad, axis=-1), length)
     if num_draft is None:
         return first_pad.astype(jnp.int32)

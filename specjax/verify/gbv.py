@@ -153,7 +153,7 @@ def gbv_verify(
     dtype = compute_dtype(draft_probs, target_probs)
     draft_probs = draft_probs.astype(dtype)
     target_probs = target_probs.astype(dtype)
-    n = valid_lengths(num_draft, draft_tokens)
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
     tokens = jnp.take_along_axis(draft_tokens, path[:, None, None], axis=1)[:, 0]  # [B, L]
     tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], tokens, -1)

@@ -39,7 +39,7 @@ def greedy_verify(
     b, l, _ = check_chain_inputs(
         "greedy_verify", draft_tokens, draft_probs, target_probs, num_draft
     )
-    n = valid_lengths(num_draft, draft_tokens)  # [B]
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
     argmax = argmax_first(target_probs)  # [B, L+1]
     match = (draft_tokens == argmax[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
     tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)

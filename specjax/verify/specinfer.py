@@ -87,7 +87,7 @@ def specinfer_verify(
     """
     check_multipath_inputs("specinfer_verify", draft_tokens, draft_probs, target_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
-    n = valid_lengths(num_draft, draft_tokens)
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(
         key,
         draft_tokens,

@@ -94,7 +94,7 @@ def spectr_verify(
     """
     check_multipath_inputs("spectr_verify", draft_tokens, draft_probs, target_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
-    n = valid_lengths(num_draft, draft_tokens)
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(
         key, draft_tokens, draft_probs.astype(dtype), target_probs.astype(dtype), n, kseq_rule
     )

@@ -76,7 +76,7 @@ def token_verify(
     dtype = compute_dtype(draft_probs, target_probs)
     draft_probs = draft_probs.astype(dtype)
     target_probs = target_probs.astype(dtype)
-    n = valid_lengths(num_draft, draft_tokens)  # [B]
+    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
     key_u, key_y = split_key(key, 2)
     u = jax.random.uniform(key_u, (b, l), dtype)  # [B, L]
     p_x = take_token_prob(target_probs[:, :l], draft_tokens)  # [B, L]

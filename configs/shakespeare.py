@@ -61,4 +61,5 @@ def get_config() -> ml_collections.ConfigDict:
     c.coordinator_address = ""  # multi-process: host:port of process 0, or "auto"
     c.num_processes = 1
     c.process_id = 0
+    c.init_timeout = 120.0  # seconds to wait for every process at start-up
     return c

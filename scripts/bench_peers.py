@@ -184,6 +184,7 @@ def measure(torch, row: Row, n: int, repeats: int) -> None:
     row.results = dict(
         ours_s=statistics.median(ours_s), hf_s=statistics.median(peer_s), ours_ids=gen.tokens[0],
         hf_ids=hf_ids, metrics=gen.metrics, compile_s=compile_seconds(first), hf_calls=calls,
+        spread=f"{max(ours_s) / min(ours_s):.2f}, {max(peer_s) / min(peer_s):.2f}",
     )  # fmt: skip
 
 
@@ -292,7 +293,8 @@ def markdown(head: list[str], body: list[list[str]], left: int) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in [head, align, *body])
 
 
-HEAD = "prompt|method|ids equal|specjax tok/s|HF tok/s|specjax / HF|specjax block eff."
+HEAD = "prompt|method|ids equal|specjax tok/s|HF tok/s|specjax / HF|max/min time (specjax, HF)"
+HEAD += "|specjax block eff."
 HEAD += "|specjax accept.|specjax tok/call|HF tok/call|HF draft calls|specjax compile s"
 
 
@@ -305,7 +307,7 @@ def table(rows: list[Row], n: int) -> str:
         hf_target, *hf_draft = r["hf_calls"]
         body.append([
             row.prompt, row.method, same_ids(row, ar), f"{n / r['ours_s']:.1f}",
-            f"{n / r['hf_s']:.1f}", f"{r['hf_s'] / r['ours_s']:.2f}",
+            f"{n / r['hf_s']:.1f}", f"{r['hf_s'] / r['ours_s']:.2f}", r["spread"],
             fmt(m.block_efficiency if spec else None, ".2f"),
             fmt(m.acceptance_rate if spec else None, ".2f"), f"{n / max(m.steps, 1):.2f}",
             f"{(n - 1) / max(hf_target - 1, 1):.2f}", fmt(hf_draft[0] if hf_draft else None, "d"),
@@ -361,8 +363,9 @@ REPORT = """{header}
 
 Batch 1, fp32, greedy, exactly {n} new tokens (no stop token); tok/s = {n} / median of {repeats} \
 interleaved timed runs after one warm-up (prefill included; specjax compile time excluded, shown \
-apart). specjax / HF: speed ratio. tok/call: tokens per target forward after the prefill. HF draft \
-calls: the draft model's forwards in the warm-up run. specjax vs HF generated ids: {ids}
+apart). specjax / HF: speed ratio. max/min time: the spread of each system's timed runs (other \
+load shows there). tok/call: tokens per target forward after the prefill. HF draft calls: the \
+draft model's forwards in the warm-up run. specjax vs HF generated ids: {ids}
 
 #### SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32)
 

@@ -44,7 +44,7 @@ def test_quick_run_writes_the_tables(tmp_path):
     assert "weights-read floor" in text
 
     rows = _rows(text)
-    methods = [r[1] for r in rows if len(r) == 12]
+    methods = [r[1] for r in rows if len(r) == 13]
     assert methods == [
         "autoregressive",
         "prompt lookup L=4",
@@ -53,7 +53,7 @@ def test_quick_run_writes_the_tables(tmp_path):
         "draft model L=4 vs HF assisted fixed L=4",
     ]
     for cells in rows:
-        if len(cells) == 12:
+        if len(cells) == 13:
             _, method, same, ours, peer, ratio = cells[:6]
             assert float(ours) > 0 and float(peer) > 0 and float(ratio) > 0
             if method == "autoregressive":  # greedy on the same weights: the same ids

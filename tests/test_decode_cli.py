@@ -8,9 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ml_collections
+import numpy as np
 import pytest
 
 from specjax.decode import runner
@@ -86,6 +88,14 @@ def test_shakespeare_default_config_runs():
         ("--config.draft=/no/such/draft", "not found"),
         ("--config.drafter=magic", "unknown drafter"),
         ("--config.temperature=-1", "temperature must be >= 0"),
+        ("--config.output=/proc/nope/out.txt", "not writable"),
+        ("--config.metrics_json=/dev/null/m.json", "is a file, not a directory"),
+        ("--config.output=/tmp", "is a directory"),
+        ("--config.stop_tokens=(300,)", "outside the vocabulary"),
+        ("--config.seed=99999999999", "does not fit the PRNG's int32"),
+        ("--config.coordinator_address=localhost", "must be host:port"),
+        ("--config.prompt_buckets=64,x", "comma-separated integers"),
+        ("--config.compilation_cache=/dev/null/x", "not writable"),
     ],
 )
 def test_bad_input_is_one_clear_error_line(override, message):
@@ -169,3 +179,71 @@ def test_ctrl_c_exits_130_and_writes_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert b"interrupted" in err
     assert not metrics.exists() and list(tmp_path.iterdir()) == []
+
+
+def _decode_then_signal(tmp_path, delay: float, signum: int):
+    """Starts a long streaming decode, sends ``signum`` after ``delay`` seconds; returns
+    (exit status, stderr)."""
+    metrics, text = tmp_path / "m.json", tmp_path / "out.txt"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specjax.decode",
+            "--config",
+            "configs/shakespeare.py",
+            "--config.stream=True",
+            "--config.batch_size=4",
+            "--config.max_new_tokens=900",
+            f"--config.metrics_json={metrics}",
+            f"--config.output={text}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+def test_sigterm_exits_143_and_writes_nothing(tmp_path):
+    code, err = _decode_then_signal(tmp_path, 3.0, signal.SIGTERM)
+    assert code == 143, err
+    assert err.strip().splitlines() == ["interrupted: no output file was written"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_twenty_interrupts_at_random_moments_exit_cleanly(tmp_path):
+    """SIGINT anywhere from start-up to the middle of the decode: always exit 130, one line,
+    no file (it used to end in a segfault, exit 139, a few seconds in)."""
+    rng = np.random.default_rng(0)
+    for i, delay in enumerate(rng.uniform(0.2, 12.0, size=20)):
+        where = tmp_path / str(i)
+        where.mkdir()
+        code, err = _decode_then_signal(where, float(delay), signal.SIGINT)
+        assert code == 130, (delay, code, err[-2000:])
+        assert "interrupted: no output file was written" in err, err
+        assert "Traceback" not in err and "Segmentation" not in err, err
+        assert list(where.iterdir()) == [], delay
+
+
+def test_a_peer_that_never_starts_is_one_error_within_the_timeout():
+    start = time.monotonic()
+    out = cli(
+        "--config",
+        "configs/tiny_random.py",
+        "--config.coordinator_address=127.0.0.1:29517",
+        "--config.num_processes=2",
+        "--config.process_id=1",
+        "--config.init_timeout=3",
+        timeout=120,
+    )
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "coordinator (process 0)" in lines[0], out.stderr
+    assert time.monotonic() - start < 60

@@ -10,13 +10,40 @@ Every key of the config file can be overridden as ``--config.<key>=<value>``; se
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
-from absl import app, logging
-from ml_collections import config_flags
+INTERRUPTED = "\ninterrupted: no output file was written\n"
 
-from specjax.config_files import loaded_config, parse_flags
-from specjax.decode import placement, runner
+
+def _exit_now(signum, frame):
+    """SIGINT/SIGTERM before the run starts: nothing is open yet, leave at once."""
+    os.write(2, INTERRUPTED.encode())
+    os._exit(128 + signum)
+
+
+signal.signal(signal.SIGINT, _exit_now)
+signal.signal(signal.SIGTERM, _exit_now)
+
+from absl import app, logging  # noqa: E402 (after the handlers: an import can take seconds)
+from ml_collections import config_flags  # noqa: E402
+
+from specjax.config_files import loaded_config, parse_flags  # noqa: E402
+from specjax.decode import placement, runner  # noqa: E402
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during the run; unwinds so temporary files are removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum, frame):
+    raise Interrupted(signum)
+
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
 
@@ -26,15 +53,26 @@ def main(argv):
         sys.exit(f"error: unexpected arguments {argv[1:]}; use --config.<key>=<value>")
     cfg = loaded_config(_CONFIG, "configs/shakespeare.py")
     logging.set_verbosity(logging.WARNING)
+    signal.signal(signal.SIGINT, _raise)
+    signal.signal(signal.SIGTERM, _raise)
     try:
         placement.initialize(
-            cfg.coordinator_address, cfg.num_processes, cfg.process_id, cfg.num_cpu_devices
+            cfg.coordinator_address,
+            cfg.num_processes,
+            cfg.process_id,
+            cfg.num_cpu_devices,
+            cfg.init_timeout,
         )
         runner.run(cfg)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        # Leave without interpreter teardown: tearing JAX down while its runtime threads are
+        # still busy can crash (a segfault after the message), and nothing is left to save.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sys.stdout.flush()
-        sys.stderr.write("\ninterrupted: no output file was written\n")
-        sys.exit(130)
+        sys.stderr.write(INTERRUPTED)
+        sys.stderr.flush()
+        os._exit(128 + getattr(err, "signum", signal.SIGINT))
     except (ValueError, FileNotFoundError, RuntimeError, KeyError, TypeError) as err:
         sys.exit(f"error: {err}")
 

@@ -12,6 +12,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
 from pathlib import Path
 
 import jax
@@ -28,6 +31,7 @@ def initialize(
     num_processes: int = 1,
     process_id: int = 0,
     num_cpu_devices: int = 0,
+    timeout: float = 120.0,
 ) -> None:
     """Configures devices and, for multi-process runs, calls ``jax.distributed.initialize``.
 
@@ -39,6 +43,9 @@ def initialize(
       num_processes: processes in the run (explicit mode).
       process_id: this process's index (explicit mode).
       num_cpu_devices: if > 0, emulate this many CPU devices in this process.
+      timeout: seconds to wait for every process to arrive. JAX aborts the process (a C++
+        fatal error) when its own timeout expires, so a watchdog ends it first with one
+        ``error:`` line naming who did not arrive, and exit status 1.
     """
     if num_cpu_devices > 0:
         jax.config.update("jax_num_cpu_devices", num_cpu_devices)
@@ -56,11 +63,49 @@ def initialize(
         return
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id {process_id} is not in 0 .. {num_processes - 1}")
-    jax.distributed.initialize(
-        coordinator_address=coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
+    check_address(coordinator_address)
+    if process_id == 0:
+        others = ", ".join(str(i) for i in range(1, num_processes))
+        missing = f"process {others}" if num_processes == 2 else f"one of processes {others}"
+        missing += f" did not connect to this coordinator ({coordinator_address})"
+    else:
+        missing = f"the coordinator (process 0) at {coordinator_address} did not answer"
+    watchdog = threading.Timer(
+        timeout,
+        _give_up,
+        (
+            f"multi-process start-up: {missing} "
+            f"within {timeout:g} s; start all {num_processes} processes with the same "
+            "coordinator_address, or raise init_timeout",
+        ),
     )
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=int(timeout) + 30,  # the watchdog speaks first
+        )
+    finally:
+        watchdog.cancel()
+
+
+def check_address(address: str) -> None:
+    """One clear error unless ``address`` is ``host:port`` with a port in 1..65535."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"coordinator_address {address!r} must be host:port (a port in 1..65535), "
+            "e.g. 127.0.0.1:12345, or 'auto'"
+        )
+
+
+def _give_up(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def is_main_process() -> bool:

@@ -103,6 +103,13 @@ def build(cfg, mesh=None, draft_mesh=None):
     if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
         stop = (tokenizer.eos_id,)
     stop += tuple(int(t) for t in cfg.stop_tokens)
+    vocab = target_module.config.vocab_size
+    outside = [t for t in stop if not 0 <= t < vocab]
+    if outside:
+        raise ValueError(
+            f"stop_tokens {outside} are outside the vocabulary [0, {vocab}); they could never "
+            "stop a row: give ids the tokenizer produces"
+        )
     config = DecodeConfig(verifier, sampling, cfg.max_new_tokens, stop, cfg.replacement)
     target = PureModel.of(target_module)
     k_paths, l_len = cfg.num_paths, cfg.num_speculative_tokens
@@ -172,6 +179,31 @@ def build_buckets(cfg) -> ShapeBuckets:
     )
 
 
+def check_writable(path: str | Path, key: str) -> None:
+    """One clear error, before any work, if a file cannot be written at ``path``."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{key} {path} is a directory; give a file path")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{key} {path}: {parent} is a file, not a directory; choose another path")
+    try:  # a real probe: access() says yes to root even on read-only file systems
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"{key} {path}: {parent} is not writable ({err.strerror}); choose another path"
+        ) from None
+
+
+def check_seed(seed: int) -> None:
+    """Seeds are int32 (``jax.random.key``); batch i uses ``seed + i``."""
+    if not -(2**31) <= seed < 2**31 - 2**20:
+        raise ValueError(f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - 2**20 - 1}")
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -212,6 +244,10 @@ def run(cfg, out=sys.stdout) -> dict:
     prints and writes files.
     """
     _check_choices(cfg)
+    for key in ("output", "metrics_json"):
+        if cfg[key]:
+            check_writable(cfg[key], key)
+    check_seed(cfg.seed)
     buckets = build_buckets(cfg)
     compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)

@@ -8,8 +8,7 @@ On this machine's CPU, batch 1, fp32, every number the median of ``--repeats`` t
   transformers loading the same GGUF (``from_pretrained(dir, gguf_file=...)``).
 * **prefill** -- prompts of ``--prompt_lens`` tokens into an empty KV cache of capacity
   ``--capacity``; tokens/s. Both return the last position's logits only, which is what decoding
-  needs; transformers computes only that row (``logits_to_keep=1``), specjax's model computes the
-  output head for every position and the jitted call slices it (about 12% of prefill FLOPs).
+  needs; both compute the output head on that row only (``logits_to_keep=1``).
 * **decode step** -- one new token on top of a prefilled context (the cache is donated to the
   jitted step and rolled back after each call, so every call sees the same context);
   transformers: the per-token time of ``model.generate`` itself (greedy, 33 new tokens minus 1
@@ -117,7 +116,10 @@ class SpecjaxRunner:
         def forward(state, tokens, cache, lengths, positions, mask, last_only):
             model = nnx.merge(graphdef, state)
             cache = cache.rollback(lengths)  # every call sees the same committed context
-            logits, cache = model(tokens, cache=cache, positions=positions, attn_mask=mask)
+            keep = 1 if last_only else None  # prefill: the head on the last position only
+            logits, cache = model(
+                tokens, cache=cache, positions=positions, attn_mask=mask, logits_to_keep=keep
+            )
             return (logits[:, -1] if last_only else logits), cache
 
         jit = functools.partial(jax.jit, donate_argnums=(2,))

@@ -1,27 +1,15 @@
 r"""Benchmarks specjax next to what Hugging Face users run: ``transformers`` ``generate``.
 
 One process, batch 1, fp32, greedy, exactly ``--new_tokens`` new tokens, the same prompt ids for
-both systems. Each row pairs equivalent configurations, run interleaved (specjax, then
-transformers, ``--repeats`` rounds after one untimed warm-up each, so that machine load hits
-both); the median time per system is reported.
-
-* **SmolLM2-135M-Instruct** (``fetch_smollm2()``'s GGUF, dequantized to fp32 by both), three
-  chat prompts (summarize a paragraph, copy it verbatim, a poem): autoregressive decoding, and
-  prompt lookup -- specjax ``NgramDrafter`` (suffixes of 3..1 tokens, most recent match) with
-  the ``greedy`` verifier vs ``prompt_lookup_num_tokens=L`` (max_matching_ngram_size 2, first
-  match).
-* **Shakespeare pair** (``checkpoints/shakespeare``, byte-level), exported to Hugging Face Llama
-  directories (``save_safetensors``) whose logits are checked against specjax's (relative 1e-4):
-  autoregressive decoding, and specjax ``ModelDrafter`` (one chain of L, ``greedy`` verifier) vs
-  assisted generation (``assistant_model``) with transformers' defaults (up to 20 draft tokens,
-  drafting stops below draft confidence 0.4) and fixed to L tokens without the confidence stop.
-
-No stop token: specjax runs with ``stop_tokens=()``, transformers with ``eos_token_id=None``
-(``min_new_tokens`` alone masks EOS out of the argmax and so changes the greedy sequence). Times
-include the prefill: specjax ``Generation.metrics.seconds`` (compile time reported apart),
-transformers ``time.perf_counter`` around ``generate`` under ``torch.inference_mode()``. The
-floor: memory bandwidth (jitted ``jnp.sum`` over 540 MB, median of 10) and the time to read every
-SmolLM2 weight once (fp32, tied embedding once). Run from the repository root:
+both systems, each row's two configurations run interleaved (``--repeats`` rounds after one
+warm-up each, so load hits both; medians reported). SmolLM2-135M-Instruct (three chat prompts):
+autoregressive decoding, and ``NgramDrafter`` + ``greedy`` vs ``prompt_lookup_num_tokens=L``. The
+Shakespeare pair, exported to Hugging Face Llama directories (logits checked against specjax's):
+autoregressive, and ``ModelDrafter`` + ``greedy`` vs assisted generation (``assistant_model``)
+with transformers' defaults and with L fixed. No stop token (transformers: ``eos_token_id=None``;
+``min_new_tokens`` alone would mask EOS and change the greedy sequence). Times include prefill;
+specjax's compile time is shown apart. The floor: every SmolLM2 weight read once at the measured
+bandwidth (``benchlib.bandwidth``). The report text below says the rest. Run from the repo root:
 
   python scripts/bench_peers.py --new_tokens=128 --repeats=3 --output=/tmp/bench_peers.md \
       --plot=/tmp/bench_peers.png
@@ -158,12 +146,6 @@ def count_forwards(modules, fn: Callable) -> list[int]:
     return counts
 
 
-def compile_seconds(gen) -> float:
-    """The compile time of a ``Generation`` (``metrics.compile_seconds``; before that API
-    change, ``Generation.compile_seconds``)."""
-    return getattr(gen.metrics, "compile_seconds", None) or getattr(gen, "compile_seconds", 0.0)
-
-
 def measure(torch, row: Row, n: int, repeats: int) -> None:
     """Warm-up (compile; count transformers' forwards), then interleaved timed rounds."""
     log(f"{row.model} / {row.prompt} / {row.method}")
@@ -183,7 +165,7 @@ def measure(torch, row: Row, n: int, repeats: int) -> None:
         log(f"  specjax {ours_s[-1]:.2f} s, transformers {seconds:.2f} s")
     row.results = dict(
         ours_s=statistics.median(ours_s), hf_s=statistics.median(peer_s), ours_ids=gen.tokens[0],
-        hf_ids=hf_ids, metrics=gen.metrics, compile_s=compile_seconds(first), hf_calls=calls,
+        hf_ids=hf_ids, metrics=gen.metrics, compile_s=first.metrics.compile_seconds, hf_calls=calls,
         spread=f"{max(ours_s) / min(ours_s):.2f}, {max(peer_s) / min(peer_s):.2f}",
     )  # fmt: skip
 
@@ -256,20 +238,7 @@ def shakespeare_rows(torch, transformers, tmp: pathlib.Path) -> tuple[list[Row],
     return rows, ", ".join(errs)
 
 
-def bandwidth(megabytes: int = 540, repeats: int = 10) -> float:
-    """Bytes/s of a jitted ``jnp.sum`` over a float32 array (median of ``repeats``)."""
-    x = jnp.ones(megabytes * 10**6 // 4, jnp.float32)
-    total = jax.jit(jnp.sum)
-    total(x).block_until_ready()
-    times = [timed(lambda: total(x).block_until_ready())[1] for _ in range(repeats)]
-    return x.nbytes / statistics.median(times)
-
-
 # ---------------------------------------------------------------------------- report
-
-
-def fmt(x, spec: str) -> str:
-    return "—" if x is None else format(x, spec)
 
 
 def same_ids(row: Row, ar: dict) -> str:
@@ -287,12 +256,6 @@ def same_ids(row: Row, ar: dict) -> str:
     return f"**NO** (first diff at {i}{note})"
 
 
-def markdown(head: list[str], body: list[list[str]], left: int) -> str:
-    """A Markdown table whose first ``left`` columns are left-aligned, the others right."""
-    align = ["---"] * left + ["---:"] * (len(head) - left)
-    return "\n".join("| " + " | ".join(cells) + " |" for cells in [head, align, *body])
-
-
 HEAD = "prompt|method|ids equal|specjax tok/s|HF tok/s|specjax / HF|max/min time (specjax, HF)"
 HEAD += "|specjax block eff."
 HEAD += "|specjax accept.|specjax tok/call|HF tok/call|HF draft calls|specjax compile s"
@@ -305,6 +268,7 @@ def table(rows: list[Row], n: int) -> str:
     for row in rows:
         r, m, spec = row.results, row.results["metrics"], row.drafter is not None
         hf_target, *hf_draft = r["hf_calls"]
+        fmt = benchlib.fmt
         body.append([
             row.prompt, row.method, same_ids(row, ar), f"{n / r['ours_s']:.1f}",
             f"{n / r['hf_s']:.1f}", f"{r['hf_s'] / r['ours_s']:.2f}", r["spread"],
@@ -313,7 +277,7 @@ def table(rows: list[Row], n: int) -> str:
             f"{(n - 1) / max(hf_target - 1, 1):.2f}", fmt(hf_draft[0] if hf_draft else None, "d"),
             f"{r['compile_s']:.1f}",
         ])  # fmt: skip
-    return markdown(HEAD.split("|"), body, left=3)
+    return benchlib.markdown(HEAD.split("|"), body, left=3)
 
 
 def floor_table(rows: list[Row], n: int, bytes_per_s: float, weight_bytes: int) -> str:
@@ -330,7 +294,7 @@ def floor_table(rows: list[Row], n: int, bytes_per_s: float, weight_bytes: int) 
         f"Memory bandwidth (jitted jnp.sum over 540 MB fp32, median of 10): "
         f"{bytes_per_s / 1e9:.1f} GB/s; SmolLM2 weights {weight_bytes / 1e6:.0f} MB (fp32, tied "
         f"embedding once) -> weights-read floor {floor * 1e3:.1f} ms/token.\n\n"
-        + markdown(head, body, left=1)
+        + benchlib.markdown(head, body, left=1)
     )
 
 
@@ -365,7 +329,8 @@ Batch 1, fp32, greedy, exactly {n} new tokens (no stop token); tok/s = {n} / med
 interleaved timed runs after one warm-up (prefill included; specjax compile time excluded, shown \
 apart). specjax / HF: speed ratio. max/min time: the spread of each system's timed runs (other \
 load shows there). tok/call: tokens per target forward after the prefill. HF draft calls: the \
-draft model's forwards in the warm-up run. specjax vs HF generated ids: {ids}
+draft model's forwards in the warm-up run. specjax compile s: 0 where an earlier row compiled the \
+same shapes. specjax vs HF generated ids: {ids}
 
 #### SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32)
 
@@ -399,7 +364,7 @@ def main(argv):
     torch.set_num_threads(_THREADS.value)
     n, repeats = value("new_tokens"), value("repeats")
     t0, load = time.perf_counter(), os.getloadavg()[0]
-    bytes_per_s = bandwidth()
+    bytes_per_s = benchlib.bandwidth()
     smol, weight_bytes = smollm2_rows(torch, transformers)
     with tempfile.TemporaryDirectory() as tmp:
         shakes, export_err = shakespeare_rows(torch, transformers, pathlib.Path(tmp))

@@ -6,8 +6,11 @@ import hashlib
 import os
 import pathlib
 import platform
+import statistics
+import time
 
 import jax
+import jax.numpy as jnp
 
 
 def cpu_name() -> str:
@@ -39,3 +42,28 @@ def source_digest(directory: str | pathlib.Path, recursive: bool = False) -> str
     for path in sorted(paths):
         digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def bandwidth(megabytes: int = 540, repeats: int = 10) -> float:
+    """Memory bandwidth in bytes/s: a jitted ``jnp.sum`` over a float32 array of ``megabytes``
+    (median of ``repeats`` calls after one that compiles)."""
+    x = jnp.ones(megabytes * 10**6 // 4, jnp.float32)
+    total = jax.jit(jnp.sum)
+    total(x).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total(x).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return x.nbytes / statistics.median(times)
+
+
+def fmt(x, spec: str) -> str:
+    """``format(x, spec)``, or an em dash for None."""
+    return "—" if x is None else format(x, spec)
+
+
+def markdown(head: list[str], body: list[list[str]], left: int) -> str:
+    """A Markdown table whose first ``left`` columns are left-aligned, the others right."""
+    align = ["---"] * left + ["---:"] * (len(head) - left)
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in [head, align, *body])

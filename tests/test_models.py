@@ -49,6 +49,16 @@ def test_cached_incremental_decoding_equals_full_forward(model):
     np.testing.assert_array_equal(np.asarray(cache.lengths), [t] * b)
 
 
+def test_logits_to_keep_runs_the_head_on_the_last_positions(model):
+    cfg = model.config
+    tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, cfg.vocab_size)
+    full, _ = model(tokens, cache=KVCache.init(cfg, 2, 16))
+    last, cache = model(tokens, cache=KVCache.init(cfg, 2, 16), logits_to_keep=2)
+    assert last.shape == (2, 2, cfg.vocab_size)
+    np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -2:]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(cache.lengths), [9, 9])
+
+
 def test_rows_with_different_lengths(model):
     """Per-row cache lengths: each row's logits equal its own full forward."""
     cfg = model.config

@@ -167,6 +167,7 @@ class Llama(nnx.Module):
         cache: KVCache | None = None,
         attn_mask: Array | None = None,
         kv_mask: Array | None = None,
+        logits_to_keep: int | None = None,
     ):
         """Scores T new tokens per row.
 
@@ -179,6 +180,8 @@ class Llama(nnx.Module):
             ``lengths .. lengths + T - 1``) each new token attends to. Overrides ``attn_mask``;
             used to grow a draft tree over several calls, where earlier tree nodes sit past the
             committed entries and only a token's ancestors may be seen.
+          logits_to_keep: if set, the output head runs on the last this many positions only
+          (logits ``[B, logits_to_keep, V]``), e.g. 1 for a prefill that needs the next token.
 
         Returns:
           fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
@@ -210,6 +213,8 @@ class Llama(nnx.Module):
             )
             x = x + attn_out
             x = x + layer.mlp(layer.mlp_norm(x))
+        if logits_to_keep is not None:
+            x = x[:, t - logits_to_keep :]
         x = self.norm(x)
         dtype = c.compute_dtype
         if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose

@@ -68,6 +68,7 @@ import specjax
 from specjax import sampling, tree
 from specjax.decode import (
     AUTOREGRESSIVE,
+    PROGRAMS,
     DecodeConfig,
     Generation,
     compile_generation,
@@ -607,6 +608,7 @@ def run_pair(pair: Pair, temperature: float, grid: dict, rows: list, overheads: 
             # Every compiled program keeps its LLVM code mapped; a few dozen of them exhaust
             # XLA:CPU's section memory ("Unable to allocate section memory"). Start afresh.
             jax.clear_caches()
+            PROGRAMS.clear()  # generate's own compiled programs
     if not ar_times:  # no speculative configuration: time the baseline alone
         ar_times = [ar_gen.run() for _ in range(_REPEATS.value)]
     tokens = sum(len(r) for r in ar_tokens)

@@ -10,6 +10,7 @@ kept per shape, so prompts of different lengths reuse the same two programs.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import time
@@ -131,18 +132,25 @@ def _signature(args) -> tuple:
 
 
 class _Programs:
-    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
+    """Compiled (prefill, decode) pairs kept per argument signature and static settings; the
+    least recently used pairs beyond ``capacity`` are dropped (XLA:CPU runs out of code memory
+    after many dozens of programs)."""
 
-    def __init__(self):
-        self._cache: dict = {}
+    def __init__(self, capacity: int = 24):
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self.capacity = capacity
         self.compiled = 0  # programs compiled so far in this process
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The (prefill, decode) executables for prefill arguments ``args``."""
         key = (_signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
-        if key not in self._cache:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+        else:
             self._cache[key] = self._compile(args, sizes, config, mesh, draft_tp)
             self.compiled += 2
+            while len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
         return self._cache[key]
 
     @staticmethod
@@ -176,6 +184,7 @@ class _Programs:
         )
 
     def clear(self) -> None:
+        """Drops every kept program."""
         self._cache.clear()
 
 
@@ -223,6 +232,8 @@ class _Run:
             target, self.drafter, prompts, config, buckets, multiple
         )
         b = self.batch
+        if not -(2**31) <= seed < 2**31:
+            raise ValueError(f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - 1}")
         seed = np.asarray(seed, np.int32)
         self.draft_tp = False
         if mesh is None:

@@ -48,13 +48,14 @@ from specjax.sampling import SamplingParams
 _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 128, "Tokens generated per generation.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed interleaved rounds per row (median).")
 _NGRAM_LENS = flags.DEFINE_list("ngram_lens", ["2", "4", "6"], "Prompt-lookup draft lengths L.")
+_TREE_PATHS = flags.DEFINE_integer("tree_paths", 3, "n-gram tree rows: K paths (0: none).")
 _DRAFT_LENS = flags.DEFINE_list("draft_lens", ["4"], "Shakespeare draft-model lengths L.")
 _THREADS = flags.DEFINE_integer("threads", 2, "torch.set_num_threads for transformers.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown report to this file.")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of tokens/s per row (needs matplotlib).")
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run (flags given explicitly still win).")
 
-QUICK = {"new_tokens": 8, "repeats": 1, "ngram_lens": ["4"]}
+QUICK = {"new_tokens": 8, "repeats": 1, "ngram_lens": ["4"], "tree_paths": 0}
 
 GREEDY = SamplingParams(temperature=0.0)
 LOGIT_RTOL = 1e-4
@@ -80,13 +81,6 @@ SHAKESPEARE_PROMPTS = {
 
 def log(msg: str) -> None:
     print(f"[bench_peers] {msg}", file=sys.stderr, flush=True)
-
-
-def timed(fn: Callable) -> tuple[object, float]:
-    """``fn()`` and the seconds it took."""
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
 
 
 def value(name: str):
@@ -125,7 +119,7 @@ def hf_run(torch, model, ids: list[int], n: int, **kwargs) -> Callable:
 
     def run():
         with torch.inference_mode():
-            out, seconds = timed(lambda: model.generate(x, **kwargs))
+            out, seconds = benchlib.timed(lambda: model.generate(x, **kwargs))
         new = out[0, len(ids) :].tolist()
         assert len(new) == n, f"transformers generated {len(new)} tokens, not {n}"
         return new, seconds
@@ -150,6 +144,8 @@ def measure(torch, row: Row, n: int, repeats: int) -> None:
     """Warm-up (compile; count transformers' forwards), then interleaved timed rounds."""
     log(f"{row.model} / {row.prompt} / {row.method}")
     verifier = "autoregressive" if row.drafter is None else "greedy"
+    if row.drafter is not None and row.drafter.num_paths > 1:
+        verifier = "specinfer"  # any multi-path verifier keeps the argmax at temperature 0
     config = DecodeConfig(verifier, GREEDY, max_new_tokens=n, stop_tokens=())
     ours = lambda: generate(row.target, [row.ids], config, row.drafter)
     peer = hf_run(torch, row.hf, row.ids, n, **row.hf_kwargs)
@@ -197,9 +193,11 @@ def smollm2_rows(torch, transformers) -> tuple[list[Row], int]:
         row = functools.partial(Row, "SmolLM2", prompt, ids=ids, target=target, hf=hf)
         rows.append(row("autoregressive", drafter=None))
         for l in map(int, value("ngram_lens")):
-            drafter = NgramDrafter(vocab_size=vocab, draft_len=l, max_ngram=3, min_ngram=1)
             kwargs = dict(prompt_lookup_num_tokens=l)
-            rows.append(row(f"prompt lookup L={l}", drafter=drafter, hf_kwargs=kwargs))
+            for k in sorted({1, value("tree_paths")} - {0}):  # K = 1: a chain; K > 1: a tree
+                drafter = NgramDrafter(vocab, l, max_ngram=3, min_ngram=1, num_paths=k)
+                method = f"prompt lookup L={l}" + (f", tree K={k}" if k > 1 else "")
+                rows.append(row(method, drafter=drafter, hf_kwargs=kwargs))
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(pre.params))
     return rows, weight_bytes
 
@@ -335,7 +333,8 @@ same shapes. specjax vs HF generated ids: {ids}
 #### SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32)
 
 Prompt lookup: specjax NgramDrafter (max_ngram 3, min_ngram 1, most recent match), greedy \
-verifier; HF prompt_lookup_num_tokens=L (max_matching_ngram_size 2, first match).
+verifier; "tree K": the K best distinct matches (longest, then most recent) verified as a tree \
+(specinfer); HF prompt_lookup_num_tokens=L (max_matching_ngram_size 2, first match).
 
 {smol}
 

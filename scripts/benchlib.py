@@ -44,17 +44,20 @@ def source_digest(directory: str | pathlib.Path, recursive: bool = False) -> str
     return digest.hexdigest()[:12]
 
 
+def timed(fn):
+    """``(fn(), seconds it took)``."""
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
 def bandwidth(megabytes: int = 540, repeats: int = 10) -> float:
     """Memory bandwidth in bytes/s: a jitted ``jnp.sum`` over a float32 array of ``megabytes``
     (median of ``repeats`` calls after one that compiles)."""
     x = jnp.ones(megabytes * 10**6 // 4, jnp.float32)
     total = jax.jit(jnp.sum)
     total(x).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        total(x).block_until_ready()
-        times.append(time.perf_counter() - start)
+    times = [timed(lambda: total(x).block_until_ready())[1] for _ in range(repeats)]
     return x.nbytes / statistics.median(times)
 
 

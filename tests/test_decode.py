@@ -104,6 +104,34 @@ def test_ngram_drafter_greedy_equals_autoregressive(models, autoregressive, veri
     assert out.metrics.block_efficiency > 1.0  # greedy text repeats: lookups hit
 
 
+def test_ngram_tree_greedy_equals_autoregressive(models, autoregressive):
+    """K = 3 n-gram paths (the three best distinct matches) verified as a tree by SpecInfer;
+    refused at T > 0 and with verifiers built for i.i.d. paths."""
+    target, _ = models
+    drafter = NgramDrafter(48, draft_len=4, num_paths=3)
+    out = generate(target, PROMPTS, DecodeConfig("specinfer", GREEDY, 30), drafter)
+    assert out.tokens == autoregressive
+    assert out.metrics.block_efficiency > 1.0
+    with pytest.raises(ValueError, match="exact at temperature 0 only"):
+        generate(target, PROMPTS, DecodeConfig("specinfer", SamplingParams(1.0), 30), drafter)
+    for verifier in ("gbv", "spectr"):
+        with pytest.raises(ValueError, match="use verifier=specinfer"):
+            generate(target, PROMPTS, DecodeConfig(verifier, GREEDY, 30), drafter)
+
+
+def test_ngram_tree_proposes_distinct_matches_best_first():
+    #                    0  1  2  3  4  5  6  7  8  9 10
+    tokens = jnp.array([[7, 1, 2, 3, 9, 2, 4, 1, 2, 5, 1, 2, 0, 0]], jnp.int32)
+    draft, _ = NgramDrafter(16, draft_len=3, max_ngram=2, num_paths=4).propose(
+        (), None, tokens, jnp.array([12])
+    )
+    # Suffix "1 2": 2-gram matches end before 3 and 9 (most recent first: 9 then 3); the 1-gram
+    # "2" alone also matches before 6; nothing else.
+    np.testing.assert_array_equal(draft.tokens[0, :, 0], [5, 3, 4, -1])
+    np.testing.assert_array_equal(draft.num_draft[0], [3, 3, 3, 0])
+    np.testing.assert_array_equal(draft.tokens[0, 0], [5, 1, 2])
+
+
 def test_ngram_proposals_have_variable_length():
     tokens = jnp.array([[1, 2, 3, 4, 1, 2, 0, 0, 0], [5, 6, 7, 8, 9, 0, 0, 0, 0]], jnp.int32)
     draft, _ = NgramDrafter(16, draft_len=4, max_ngram=2).propose(

@@ -47,6 +47,18 @@ def check_drafter(target, drafter, config: DecodeConfig) -> None:
             f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
             f"{drafter.num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
         )
+    if getattr(drafter, "greedy_only", False):
+        if not config.sampling.greedy:
+            raise ValueError(
+                f"{drafter.num_paths} n-gram paths are fixed proposals, not i.i.d. draft "
+                "samples: exact at temperature 0 only; set temperature=0 or num_paths=1"
+            )
+        if config.verifier != "specinfer":
+            raise ValueError(
+                f"{drafter.num_paths} n-gram paths sharing a prefix propose different next "
+                f"tokens, which {config.verifier!r} (built for i.i.d. paths) does not allow; "
+                "use verifier=specinfer"
+            )
     if drafter.replacement != config.replacement:
         raise ValueError("drafter and verifier disagree on replacement; set both the same")
     if drafter.vocab_size != target.config.vocab_size:

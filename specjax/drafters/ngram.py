@@ -4,6 +4,14 @@ final n tokens.
 Deterministic: each draft token has a one-hot draft distribution, so every verifier accepts it
 with probability ``p(token)`` (token verification) and never changes the output law. The draft
 length varies per row: as many tokens (up to L) as followed the match; 0 when nothing matches.
+
+With ``num_paths = K > 1`` it proposes the continuations of the K best distinct matches (longest
+suffix first, then most recent), verified as a tree by ``specinfer`` (recursive rejection
+sampling tries each proposal against the residual, so at temperature 0 it accepts exactly the
+target's argmax). Such paths are fixed proposals, not i.i.d. draft samples, and paths sharing a
+prefix may propose different next tokens, so :func:`specjax.decode.prepare` refuses them at
+T > 0 and with the verifiers built for i.i.d. paths (GBV, SpecTr: GBV did accept a non-argmax
+token on such a tree in testing).
 """
 
 from __future__ import annotations
@@ -37,8 +45,8 @@ class NgramDrafter:
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
-        if self.num_paths != 1:
-            raise ValueError("the n-gram drafter proposes one chain; set num_paths=1")
+        if self.num_paths < 1:
+            raise ValueError(f"num_paths must be >= 1, got {self.num_paths}")
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(
                 f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}"
@@ -47,6 +55,11 @@ class NgramDrafter:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.draft_len}")
 
     max_seq_len = None  # no model, no limit of its own
+
+    @property
+    def greedy_only(self) -> bool:
+        """Whether the paths are exact at temperature 0 only (K > 1: fixed, not i.i.d.)."""
+        return self.num_paths > 1
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> tuple:
         """No state: the drafter reads the token buffer."""
@@ -59,9 +72,11 @@ class NgramDrafter:
         """Drafts up to L tokens per row; ``tokens [B, S]``, ``lengths [B]``."""
         del keys
         s_cap = tokens.shape[1]
-        l_len = self.draft_len
-        start = jnp.full(lengths.shape, -1, jnp.int32)  # where the copied continuation starts
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):  # longest match wins
+        l_len, k_paths = self.draft_len, self.num_paths
+        # best[b, p]: the longest n whose n-gram ending just before p matches the row's final
+        # n tokens (0: none), for every continuation start p < lengths[b].
+        best = jnp.zeros(tokens.shape, jnp.int32)  # [B, S]
+        for n in range(self.min_ngram, self.max_ngram + 1):
             if n >= s_cap:
                 continue
             tail = jnp.clip(lengths[:, None] - n + jnp.arange(n)[None, :], 0, s_cap - 1)
@@ -70,14 +85,19 @@ class NgramDrafter:
             match = jnp.all(windows == suffix[:, None, :], axis=-1)  # [B, S - n + 1]
             s = jnp.arange(s_cap - n + 1)[None, :]
             ok = match & (s + n < lengths[:, None]) & (lengths[:, None] >= n)
-            last = jnp.max(jnp.where(ok, s, -1), axis=1)  # the most recent match
-            start = jnp.where((start < 0) & (last >= 0), last + n, start)
-        num = jnp.where(start >= 0, jnp.minimum(l_len, lengths - start), 0).astype(jnp.int32)
-        pos = jnp.arange(l_len)[None, :]
-        idx = jnp.clip(start[:, None] + pos, 0, s_cap - 1)
-        draft = jnp.where(pos < num[:, None], jnp.take_along_axis(tokens, idx, axis=1), -1)
+            ok = jnp.pad(ok, ((0, 0), (n, 0)))[:, :s_cap]  # indexed by start p = s + n
+            best = jnp.where(ok, n, best)
+        p = jnp.arange(s_cap)[None, :]
+        score = jnp.where(best > 0, best * s_cap + p, -1)  # longest, then most recent
+        top, start = jax.lax.top_k(score, k_paths)  # [B, K]
+        num = jnp.where(top >= 0, jnp.minimum(l_len, lengths[:, None] - start), 0)
+        num = num.astype(jnp.int32)
+        pos = jnp.arange(l_len)[None, None, :]
+        idx = jnp.clip(start[..., None] + pos, 0, s_cap - 1).reshape(-1, k_paths * l_len)
+        copied = jnp.take_along_axis(tokens, idx, axis=1).reshape(-1, k_paths, l_len)
+        draft = jnp.where(pos < num[..., None], copied, -1)  # [B, K, L]
         probs = jax.nn.one_hot(jnp.maximum(draft, 0), self.vocab_size, dtype=jnp.float32)
-        return Draft(draft[:, None], probs[:, None], num[:, None]), state
+        return Draft(draft, probs, num), state
 
     def commit(self, before, after, lengths, path, num_accepted, active) -> tuple:
         """Nothing to keep."""

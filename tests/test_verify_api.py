@@ -376,3 +376,16 @@ def test_out_of_range_draft_tokens_are_rejected_like_padding(name, bad):
         want = f(key, padded, d.draft_probs, d.target_probs)
     for a, b in zip(as_tuple(got), as_tuple(want), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", CHAIN + MULTI)
+def test_empty_dimensions_are_one_clear_error(name):
+    key = jax.random.key(0)
+    if name in CHAIN:
+        f, toks = verify.get(name), jnp.zeros((0, 3), jnp.int32)
+        args = (toks, jnp.zeros((0, 3, 5)), jnp.zeros((0, 4, 5)))
+    else:
+        f, toks = multipath(name), jnp.zeros((0, 2, 3), jnp.int32)
+        args = (toks, jnp.zeros((0, 2, 3, 5)), jnp.zeros((0, 2, 4, 5)))
+    with pytest.raises(ValueError, match="B = 0"):
+        f(key, *args)

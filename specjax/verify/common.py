@@ -67,6 +67,7 @@ def check_chain_inputs(
             f"{tuple(draft_probs.shape)}), got {tuple(target_probs.shape)}; a vocab mismatch "
             "between draft and target must be fixed before verification."
         )
+    _check_sizes(name, B=b, L=l, V=v)
     _check_num_draft(name, num_draft, (b,), "[B]")
     _check_integer(name, draft_tokens)
     return b, l, v
@@ -98,9 +99,19 @@ def check_multipath_inputs(
             f"is {tuple(draft_probs.shape)}), got {tuple(target_probs.shape)}; a vocab mismatch "
             "between draft and target must be fixed before verification."
         )
+    _check_sizes(name, B=b, K=k, L=l, V=v)
     _check_num_draft(name, num_draft, (b, k), "[B, K]")
     _check_integer(name, draft_tokens)
     return b, k, l, v
+
+
+def _check_sizes(name: str, **dims: int) -> None:
+    empty = [f"{d} = {n}" for d, n in dims.items() if n < 1]
+    if empty:
+        raise ValueError(
+            f"{name}: every dimension must be >= 1, got {', '.join(empty)}; an empty batch has "
+            "nothing to verify, and an empty draft is num_draft = 0 with L >= 1."
+        )
 
 
 def _check_num_draft(name: str, num_draft: Array | None, shape: tuple[int, ...], letters: str):

@@ -36,6 +36,14 @@ class PreparedBatch(NamedTuple):
     buffer: int
 
 
+def check_seed(seed: int, headroom: int = 0) -> None:
+    """One clear error unless ``seed .. seed + headroom`` fit the PRNG's int32."""
+    if not -(2**31) <= seed < 2**31 - headroom:
+        raise ValueError(
+            f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - headroom - 1}"
+        )
+
+
 def check_drafter(target, drafter, config: DecodeConfig) -> None:
     """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
     if config.speculative and drafter is None:
@@ -47,7 +55,7 @@ def check_drafter(target, drafter, config: DecodeConfig) -> None:
             f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
             f"{drafter.num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
         )
-    if getattr(drafter, "greedy_only", False):
+    if drafter.greedy_only:
         if not config.sampling.greedy:
             raise ValueError(
                 f"{drafter.num_paths} n-gram paths are fixed proposals, not i.i.d. draft "
@@ -99,7 +107,7 @@ def prepare(
     draft_len = 0 if drafter is None else drafter.draft_len
     tree = k_paths * draft_len + 2  # the draft tree and the root, plus one spare slot
     longest = max(lengths)
-    limits = [target.config.max_seq_len, getattr(drafter, "max_seq_len", None)]
+    limits = [target.config.max_seq_len, None if drafter is None else drafter.max_seq_len]
     limit = min(x for x in limits if x is not None)
     if longest + config.max_new_tokens + tree > limit:
         raise ValueError(

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from specjax import sharding
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import PreparedBatch, prepare
+from specjax.decode.inputs import PreparedBatch, check_seed, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, step
@@ -232,8 +232,7 @@ class _Run:
             target, self.drafter, prompts, config, buckets, multiple
         )
         b = self.batch
-        if not -(2**31) <= seed < 2**31:
-            raise ValueError(f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - 1}")
+        check_seed(seed)
         seed = np.asarray(seed, np.int32)
         self.draft_tp = False
         if mesh is None:

@@ -22,6 +22,11 @@ import numpy as np
 from specjax.decode.state import DecodeState
 
 
+def _rate(tokens, seconds) -> float:
+    """tokens / seconds, NaN without time."""
+    return tokens / seconds if seconds > 0 else float("nan")
+
+
 @dataclasses.dataclass(frozen=True)
 class Timing:
     """Wall-clock figures of one generation.
@@ -92,12 +97,10 @@ class Metrics:
             target_forwards=int(forwards),
             generated_tokens=int(generated),
             seconds=seconds,
-            tokens_per_second=generated / seconds if seconds > 0 else float("nan"),
+            tokens_per_second=_rate(generated, seconds),
             compile_seconds=timing.compile_seconds,
             time_to_first_token=timing.time_to_first_token,
-            decode_tokens_per_second=(
-                decode_tokens / decode_seconds if decode_seconds > 0 else float("nan")
-            ),
+            decode_tokens_per_second=_rate(decode_tokens, decode_seconds),
             decode_seconds=decode_seconds,
             decode_tokens=decode_tokens,
             steps=int(steps),
@@ -149,9 +152,7 @@ class Metrics:
             time_to_first_token=float(np.mean([m.time_to_first_token for m in parts])),
             decode_seconds=decode_seconds,
             decode_tokens=decode_tokens,
-            decode_tokens_per_second=(
-                decode_tokens / decode_seconds if decode_seconds > 0 else float("nan")
-            ),
+            decode_tokens_per_second=_rate(decode_tokens, decode_seconds),
         )
 
     def with_speedup(self, baseline_seconds: float) -> Metrics:

@@ -22,6 +22,7 @@ from specjax import sharding
 from specjax.decode import compile_cache, placement, submesh
 from specjax.decode.buckets import ShapeBuckets, parse_sizes
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+from specjax.decode.inputs import check_seed
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
 from specjax.drafters import ModelDrafter, NgramDrafter
@@ -198,12 +199,6 @@ def check_writable(path: str | Path, key: str) -> None:
         ) from None
 
 
-def check_seed(seed: int) -> None:
-    """Seeds are int32 (``jax.random.key``); batch i uses ``seed + i``."""
-    if not -(2**31) <= seed < 2**31 - 2**20:
-        raise ValueError(f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - 2**20 - 1}")
-
-
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -247,7 +242,7 @@ def run(cfg, out=sys.stdout) -> dict:
     for key in ("output", "metrics_json"):
         if cfg[key]:
             check_writable(cfg[key], key)
-    check_seed(cfg.seed)
+    check_seed(cfg.seed, headroom=2**20)  # batch i decodes with seed + i
     buckets = build_buckets(cfg)
     compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)

@@ -35,6 +35,7 @@ class Drafter(Protocol):
     replacement: bool  # whether sibling paths are i.i.d. (True) or drawn without replacement
     vocab_size: int  # V; must equal the target's
     max_seq_len: int | None  # the longest sequence the drafter can hold (None: no limit)
+    greedy_only: bool  # paths are fixed proposals: exact at temperature 0 only (specinfer)
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> Any:
         """The drafter state after the prompts ``[B, T]`` (right-padded, lengths ``[B]``)."""

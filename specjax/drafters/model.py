@@ -59,6 +59,8 @@ class ModelDrafter:
         """The draft model's longest sequence."""
         return self.model.config.max_seq_len
 
+    greedy_only = False  # sampled paths: exact at any temperature
+
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> KVCache:
         """The draft cache of every prompt but its last token."""
         return prefill(self.model, prompts, prompt_lengths, capacity)

@@ -28,6 +28,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.num_speculative_tokens = 4  # L
     c.num_paths = 1  # K (> 1 needs specinfer, spectr or gbv)
     c.replacement = True  # False: paths drawn without replacement (specinfer only)
+    # Speculative speculative decoding (mode=ssd; see configs/shakespeare_ssd.py).
+    c.mode = "sd"  # sd | ssd
+    c.ssd_fan_out = "geometric"  # geometric | uniform | L + 1 ints: bonus guesses per k
+    c.ssd_fan_out_miss = ""  # after a backup-served round ("" = ssd_fan_out), same sum
+    c.ssd_budget = 8  # C, branches per row (geometric / uniform)
+    c.ssd_alpha = 0.8  # acceptance rate the geometric fan-out assumes
+    c.ssd_saguaro = 1.0  # Saguaro factor on the draft's top tokens (1 = off)
+    c.ssd_saguaro_top = 0  # tokens it scales (0 = the largest fan-out)
+    c.ssd_backup = "jit"  # jit | ngram | none: speculation for a row whose outcome missed
+    c.ssd_draft_device = ""  # "" = the target's device (fused rounds) | next | cpu
     # Sampling, applied identically to draft and target.
     c.temperature = 1.0  # 0 = greedy
     c.top_k = 0

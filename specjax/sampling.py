@@ -104,3 +104,19 @@ def sample_without_replacement(key: PRNGKey, probs: Array, count: int) -> tuple[
     perturbed = jnp.log(probs) + gumbel
     values, tokens = jax.lax.top_k(perturbed, count)
     return tokens.astype(jnp.int32), values > -jnp.inf
+
+
+def saguaro(probs: Array, top: int, factor: float) -> Array:
+    """Saguaro sampling's law q' ``[..., V]``: the ``top`` most likely tokens' probabilities
+    scaled by ``factor`` (0 < factor <= 1), renormalised.
+
+    Drafting from q' pushes the residual max(p - q', 0) onto the draft's favourite tokens, which
+    is where an SSD cache guesses the bonus token; verification stays exact as long as the
+    verifier receives q' itself (SSD records it as the draft law). Ties at the ``top``-th
+    probability are all scaled; one-hot rows are unchanged.
+    """
+    if factor == 1.0 or top < 1:
+        return probs
+    kth = jax.lax.top_k(probs, top)[0][..., -1:]  # [..., 1]
+    scaled = jnp.where((probs >= kth) & (probs > 0), probs * factor, probs)
+    return scaled / jnp.sum(scaled, axis=-1, keepdims=True)

@@ -10,6 +10,7 @@ B      batch: independent sequences (rows) decoded or verified together.
 K      number of draft paths (multi-path / tree drafts); chain verifiers have K = 1 implicitly.
 L      draft length (gamma): draft tokens proposed per path per speculative step.
 V      vocabulary size (shared by draft and target).
+C      SSD branches per row: speculation-cache entries, one per guessed outcome (k, b).
 N      number of nodes of a deduplicated draft tree.
 T      sequence positions in one model call (prompt length at prefill, K * L for a draft tree).
 S      KV-cache capacity (static maximum sequence length).
@@ -48,6 +49,7 @@ DIMENSIONS: dict[str, str] = {
     "K": "draft paths",
     "L": "draft length",
     "V": "vocabulary",
+    "C": "SSD branches per row",
     "N": "tree nodes",
     "T": "positions in one call",
     "S": "cache capacity",

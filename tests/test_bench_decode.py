@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,7 @@ def _rows(text: str, first_cell: str) -> list[list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_quick_run_writes_report_and_plots(tmp_path):
     report = tmp_path / "decode.md"
     cmd = [

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_memory_report_for_a_small_preset_on_8_devices(tmp_path):
     report = tmp_path / "memory.md"
     out = subprocess.run(

@@ -60,17 +60,18 @@ def chi_square_pvalue(rows: list[list[int]], joint: np.ndarray) -> float:
     return stats.chisquare(obs, exp).pvalue
 
 
-CASES = [
-    ("autoregressive", "model", 1, 2, True, {}),
-    ("token", "model", 1, 2, True, {}),
-    ("block", "model", 1, 2, True, {}),
+SLOW = pytest.mark.slow
+CASES = [  # the default tier keeps one chain, one multi-path and the n-gram case
     ("block", "model", 1, 3, True, dict(top_k=3, top_p=0.9, temperature=0.8)),
-    ("specinfer", "model", 2, 2, True, {}),
     ("specinfer", "model", 3, 2, False, {}),
-    ("spectr", "model", 2, 2, True, {}),
-    ("gbv", "model", 2, 2, True, {}),
-    ("gbv", "model", 3, 2, True, dict(top_k=3)),
     ("block", "ngram", 1, 2, True, {}),
+    pytest.param("autoregressive", "model", 1, 2, True, {}, marks=SLOW),
+    pytest.param("token", "model", 1, 2, True, {}, marks=SLOW),
+    pytest.param("block", "model", 1, 2, True, {}, marks=SLOW),
+    pytest.param("specinfer", "model", 2, 2, True, {}, marks=SLOW),
+    pytest.param("spectr", "model", 2, 2, True, {}, marks=SLOW),
+    pytest.param("gbv", "model", 2, 2, True, {}, marks=SLOW),
+    pytest.param("gbv", "model", 3, 2, True, dict(top_k=3), marks=SLOW),
 ]
 
 

@@ -135,7 +135,15 @@ def test_bfloat16_model_runs_close_to_fp32():
     assert rel_err(fwd(m16, tokens), fwd(m32, tokens)) < 5e-2
 
 
-@pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b", "llama3.1-70b", "smollm2-135m"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama3-8b",
+        "smollm2-135m",
+        pytest.param("llama3-70b", marks=pytest.mark.slow),
+        pytest.param("llama3.1-70b", marks=pytest.mark.slow),
+    ],
+)
 def test_full_size_presets_eval_shape_only(name):
     cfg = config.preset(name)
     state = jax.eval_shape(lambda: nnx.state(Llama(cfg, rngs=nnx.Rngs(0))))

@@ -44,10 +44,12 @@ def test_sharded_greedy_output_equals_single_device_for_every_verifier():
     run_check("greedy")
 
 
+@pytest.mark.slow
 def test_sharded_sampled_output_equals_single_device_with_the_same_seed():
     run_check("sampled")
 
 
+@pytest.mark.slow
 def test_draft_on_its_own_devices_gives_the_same_tokens():
     run_check("submesh")
 
@@ -56,6 +58,7 @@ def test_checkpoints_and_gguf_load_straight_onto_the_mesh():
     run_check("loading")
 
 
+@pytest.mark.slow
 def test_verification_does_not_gather_the_vocabulary():
     run_check("nogather")
 
@@ -87,6 +90,7 @@ def cli(*args, env=None, timeout=600):
 COMMON = ("--config.temperature=0", "--config.batch_size=4", "--config.max_new_tokens=12")
 
 
+@pytest.mark.slow
 def test_cli_mesh_matches_single_device(tmp_path):
     single, sharded = tmp_path / "single.json", tmp_path / "sharded.json"
     out = cli(*COMMON, f"--config.metrics_json={single}")
@@ -108,6 +112,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_over_a_global_mesh_match_one_process(tmp_path):
     single = tmp_path / "single.json"
     out = cli(*COMMON, f"--config.metrics_json={single}")

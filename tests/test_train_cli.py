@@ -64,6 +64,17 @@ def test_train_then_distill_export_loadable_checkpoints(tmp_path):
     assert summary["loss"] == "forward_kl"
     assert load_pretrained(draft_dir).config.num_layers == 1
 
+
+@pytest.mark.slow
+def test_distill_on_target_samples(tmp_path):
+    target_dir = tmp_path / "target"
+    out = run(
+        "train.py",
+        "shakespeare_target.py",
+        f"--config.workdir={tmp_path / 'run_t'}",
+        f"--config.export_dir={target_dir}",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
     out = run(  # distillation on text sampled from the target, forward KL
         "distill.py",
         "shakespeare_draft.py",
@@ -81,22 +92,6 @@ def test_train_then_distill_export_loadable_checkpoints(tmp_path):
     assert (
         json.loads((tmp_path / "draft_s" / "summary.json").read_text())["data"] == "target_samples"
     )
-
-
-@pytest.mark.parametrize(
-    "script,config,args,message",
-    [
-        ("distill.py", "shakespeare_draft.py", ["--config.loss=kl"], "unknown distillation loss"),
-        ("distill.py", "shakespeare_draft.py", ["--config.target=/nonexistent"], "/nonexistent"),
-        ("train.py", "shakespeare_target.py", ["--config.model.vocab_size=100"], "vocabulary"),
-        ("train.py", "shakespeare_target.py", ["--config.corpus=/no/such/dir"], "/no/such/dir"),
-    ],
-)
-def test_bad_input_one_error_line(tmp_path, script, config, args, message):
-    out = run(script, config, f"--config.workdir={tmp_path / 'w'}", *args)
-    assert out.returncode != 0
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last, out.stderr[-2000:]
 
 
 def test_shakespeare_slice_ships_with_the_repo():

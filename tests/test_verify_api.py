@@ -78,7 +78,7 @@ def test_multipath_shape_errors(name):
         f(key, toks, q, jnp.full((2, 2, 4, 5), 0.2), num_draft=jnp.ones((2,), jnp.int32))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2, 3))])
 def test_k1_multipath_equals_chain_bit_for_bit(seed):
     d = make_draft(seed, k=1)
     for i in range(10):
@@ -179,7 +179,7 @@ def one_hot_target(draft, v, seed, agree=0.7):
     return jnp.asarray(target)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
 def test_temperature_zero_reduces_to_greedy(seed):
     v = 6
     d = make_draft(seed, b=16, k=3, l=4, v=v)
@@ -295,6 +295,7 @@ def test_verify_imports_neither_flax_nor_models():
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr
 
 
+@pytest.mark.slow
 def test_vocab_sharded_inputs_match_unsharded():
     """On 4 emulated CPU devices, vocab-sharded probabilities give the unsharded result."""
     code = textwrap.dedent(

@@ -67,21 +67,22 @@ def run_batch(name, kwargs, batch: en.DraftBatch, seed: int, num_draft=None):
     return tuple(np.asarray(x) for x in result)
 
 
-SEQUENCE_CASES = [
+SLOW = pytest.mark.slow
+SEQUENCE_CASES = [  # the default tier keeps one case per verifier
     # (verifier, kwargs, scheme, K, L, V, model options, num_draft)
-    ("token", {}, "chain", 1, 3, 3, {}, None),
     ("token", {}, "chain", 1, 3, 3, {"q_zeros": 1}, 2),
     ("block", {}, "chain", 1, 3, 3, {}, None),
-    ("block", {}, "chain", 1, 3, 3, {"p_zeros": 1}, 2),
     ("greedy", {}, "chain", 1, 3, 3, {"one_hot_p": True}, None),
-    ("specinfer", {}, "iid", 3, 2, 3, {}, None),
-    ("specinfer", {}, "iid", 2, 3, 3, {"q_zeros": 1}, 2),
     ("specinfer", {"replacement": False}, "wor", 3, 2, 4, {}, None),
-    ("specinfer", {"replacement": False}, "wor_tree", 4, 2, 4, {}, None),
     ("spectr", {}, "iid", 3, 2, 3, {}, None),
-    ("spectr", {}, "iid", 2, 3, 3, {"p_zeros": 1}, 2),
     ("gbv", {}, "iid", 3, 2, 3, {}, None),
-    ("gbv", {}, "iid", 2, 3, 3, {}, 2),
+    pytest.param(("token", {}, "chain", 1, 3, 3, {}, None), marks=SLOW),
+    pytest.param(("block", {}, "chain", 1, 3, 3, {"p_zeros": 1}, 2), marks=SLOW),
+    pytest.param(("specinfer", {}, "iid", 3, 2, 3, {}, None), marks=SLOW),
+    pytest.param(("specinfer", {}, "iid", 2, 3, 3, {"q_zeros": 1}, 2), marks=SLOW),
+    pytest.param(("specinfer", {"replacement": False}, "wor_tree", 4, 2, 4, {}, None), marks=SLOW),
+    pytest.param(("spectr", {}, "iid", 2, 3, 3, {"p_zeros": 1}, 2), marks=SLOW),
+    pytest.param(("gbv", {}, "iid", 2, 3, 3, {}, 2), marks=SLOW),
 ]
 
 

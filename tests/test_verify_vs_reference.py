@@ -89,6 +89,7 @@ def test_gbv_selection_and_skew_match_reference(k, ties):
         np.testing.assert_allclose(q_skew[i, :ref_n], ref_skew[:ref_n], rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_gbv_stable_for_many_paths_and_deep_unlikely_paths():
     """K = 8, L = 8, V = 4096 in fp32: q_skew finite, normalised, no NaN, valid outputs."""
     family = synthetic.SyntheticFamily(vocab_size=4096, sharpness=4.0, draft_noise=1.5)

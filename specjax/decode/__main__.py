@@ -29,6 +29,8 @@ signal.signal(signal.SIGTERM, _exit_now)
 from absl import app, logging  # noqa: E402 (after the handlers: an import can take seconds)
 from ml_collections import config_flags  # noqa: E402
 
+from specjax.cli import validate  # noqa: E402
+from specjax.cli.app import ERRORS, error_line  # noqa: E402
 from specjax.config_files import loaded_config, parse_flags  # noqa: E402
 from specjax.decode import placement, runner  # noqa: E402
 
@@ -56,6 +58,7 @@ def main(argv):
     signal.signal(signal.SIGINT, _raise)
     signal.signal(signal.SIGTERM, _raise)
     try:
+        validate.check_decode(cfg)  # before waiting for peer processes
         placement.initialize(
             cfg.coordinator_address,
             cfg.num_processes,
@@ -73,8 +76,8 @@ def main(argv):
         sys.stderr.write(INTERRUPTED)
         sys.stderr.flush()
         os._exit(128 + getattr(err, "signum", signal.SIGINT))
-    except (ValueError, FileNotFoundError, RuntimeError, KeyError, TypeError) as err:
-        sys.exit(f"error: {err}")
+    except ERRORS as err:
+        sys.exit(error_line(err))
 
 
 if __name__ == "__main__":

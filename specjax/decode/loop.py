@@ -43,11 +43,14 @@ class Generation:
       tokens: generated ids per row (prompt excluded; a stop token that ended a row is kept).
       metrics: the :class:`Metrics` (timings excluding compilation, and the compile time).
       programs_compiled: programs this call compiled (0 when every shape was seen before).
+      ssd: speculative speculative decoding's counters (:func:`specjax.decode.ssd.ssd_counts`),
+        or None for other modes.
     """
 
     tokens: list[list[int]]
     metrics: Metrics
     programs_compiled: int = 0
+    ssd: dict | None = None
 
     @property
     def compile_seconds(self) -> float:
@@ -120,7 +123,7 @@ def decode_program(target, drafter, state, max_steps, *, config, mesh=None, draf
     return jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))[1]
 
 
-def _signature(args) -> tuple:
+def signature(args) -> tuple:
     """What a compiled program depends on: pytree structure (static fields included), shapes,
     dtypes and layouts of the leaves."""
     leaves, treedef = jax.tree.flatten(args)
@@ -143,7 +146,7 @@ class _Programs:
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The (prefill, decode) executables for prefill arguments ``args``."""
-        key = (_signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
+        key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
         if key in self._cache:
             self._cache.move_to_end(key)
         else:

@@ -16,22 +16,21 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from flax import nnx
 
 from specjax import sharding
+from specjax.cli import validate
 from specjax.decode import compile_cache, placement, submesh
 from specjax.decode.buckets import ShapeBuckets, parse_sizes
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-from specjax.decode.inputs import check_seed
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
+from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates, ssd_table
 from specjax.drafters import ModelDrafter, NgramDrafter
-from specjax.models import ByteTokenizer, Llama, LlamaConfig, fetch_smollm2, load_pretrained
+from specjax.drafters.ssd import SSDDrafter
+from specjax.models import ByteTokenizer, fetch_smollm2, load_pretrained
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
-
-DRAFTERS = ("model", "ngram", "self", "none")
-PLACEMENTS = ("replicated", "sharded", "submesh")
+from specjax.testing import random_model
 
 
 def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
@@ -57,28 +56,6 @@ def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
     return pre.model, pre.tokenizer
 
 
-def random_model(seed: int, num_layers: int = 2) -> Llama:
-    """A tiny random byte-level Llama (for tests and ``configs/tiny_random.py``)."""
-    config = LlamaConfig(
-        vocab_size=256,
-        dim=64,
-        num_layers=num_layers,
-        num_heads=8,
-        num_kv_heads=4,
-        ffn_dim=128,
-        max_seq_len=1024,
-        name=f"random-{seed}",
-    )
-    return Llama(config, rngs=nnx.Rngs(seed))
-
-
-def _check_choices(cfg) -> None:
-    """One clear error for an unknown ``drafter`` or ``draft_placement``."""
-    for key, choices in (("drafter", DRAFTERS), ("draft_placement", PLACEMENTS)):
-        if cfg[key] not in choices:
-            raise ValueError(f"unknown {key} {cfg[key]!r}; choose one of {', '.join(choices)}")
-
-
 def build_mesh(cfg):
     """``(mesh, draft_mesh)``: the target's mesh of ``cfg.mesh_shape`` (None for one device)
     and, with ``draft_placement="submesh"``, the draft's own mesh on the next devices."""
@@ -96,10 +73,14 @@ def build_mesh(cfg):
 
 def build(cfg, mesh=None, draft_mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
-    _check_choices(cfg)
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
     target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh)
+    if tokenizer is None:
+        raise ValueError(
+            f"target {cfg.target} has no tokenizer, so prompts cannot be encoded; give a model "
+            "saved with its tokenizer"
+        )
     stop = ()
     if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
         stop = (tokenizer.eos_id,)
@@ -125,9 +106,12 @@ def build(cfg, mesh=None, draft_mesh=None):
             replicated = cfg.draft_placement == "replicated"
             where = mesh if draft_mesh is None else draft_mesh
             draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated)
-        drafter = ModelDrafter(
-            PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
-        )
+        if cfg.mode == "ssd":
+            drafter = SSDDrafter(PureModel.of(draft_module), sampling, validate.ssd_config(cfg))
+        else:
+            drafter = ModelDrafter(
+                PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
+            )
     else:
         drafter = None
     return target, tokenizer, drafter, config
@@ -180,25 +164,6 @@ def build_buckets(cfg) -> ShapeBuckets:
     )
 
 
-def check_writable(path: str | Path, key: str) -> None:
-    """One clear error, before any work, if a file cannot be written at ``path``."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        raise ValueError(f"{key} {path} is a directory; give a file path")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"{key} {path}: {parent} is a file, not a directory; choose another path")
-    try:  # a real probe: access() says yes to root even on read-only file systems
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as err:
-        raise ValueError(
-            f"{key} {path}: {parent} is not writable ({err.strerror}); choose another path"
-        ) from None
-
-
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -238,20 +203,17 @@ def run(cfg, out=sys.stdout) -> dict:
     :func:`specjax.decode.placement.initialize`) every process runs this, and only process 0
     prints and writes files.
     """
-    _check_choices(cfg)
-    for key in ("output", "metrics_json"):
-        if cfg[key]:
-            check_writable(cfg[key], key)
-    check_seed(cfg.seed, headroom=2**20)  # batch i decodes with seed + i
+    validate.check_decode(cfg)  # every key, before any model is loaded
     buckets = build_buckets(cfg)
     compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)
-    if mesh is not None and cfg.stream:
-        raise ValueError("stream=True decodes on one device; unset mesh_shape to stream")
     main = placement.is_main_process()
     out = out if main else _Silent()
     target, tokenizer, drafter, config = build(cfg, mesh, draft_mesh)
-    if draft_mesh is not None and config.speculative:
+    if cfg.mode == "ssd":
+        devices = ssd_devices(cfg.ssd_draft_device)
+        decode = lambda b, s: generate_ssd(target, b, config, drafter, s, devices, buckets)
+    elif draft_mesh is not None and config.speculative:
         decode = lambda b, s: submesh.generate_on_submeshes(
             target, b, config, drafter, s, mesh, draft_mesh, buckets
         )
@@ -287,6 +249,10 @@ def run(cfg, out=sys.stdout) -> dict:
             sep = "\n" if cfg.chat else ""
             out.write(f"--- row {i} ---\n{prompt}{sep}{completion}\n")
     out.write(metrics.table() + "\n")
+    if cfg.mode == "ssd":
+        ssd = ssd_rates([g.ssd for g in runs])
+        record.update(ssd)
+        out.write(ssd_table(ssd) + "\n")
     if "greedy_matches_autoregressive" in record:
         same = record["greedy_matches_autoregressive"]
         out.write(f"greedy output == autoregressive output: {'yes' if same else 'NO'}\n")

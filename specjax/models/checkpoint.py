@@ -28,6 +28,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from specjax.errors import first_line
 from specjax.models.config import LlamaConfig, RopeScaling
 from specjax.models.safetensors_loader import param_shapes
 from specjax.models.tokenizer import TokenizerBase, load_tokenizer
@@ -151,16 +152,7 @@ def restore(path: str | Path, sharding=None):
         raise FileNotFoundError(
             f"no checkpoint at {path}{hint}; write one with specjax.models.checkpoint.save"
         )
-    try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r} is not {FORMAT!r}")
-        config = config_from_json(json.loads((path / "config.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise ValueError(
-            f"{path} is not a complete specjax checkpoint ({type(e).__name__}: {e}); "
-            "save it again with specjax.models.checkpoint.save"
-        ) from e
+    config = read_config(path)
     shapes = param_shapes(config)
     shardings = _shardings(sharding, shapes)
     try:
@@ -177,11 +169,35 @@ def restore(path: str | Path, sharding=None):
         _check_shapes(params, config, str(path))
     except Exception as e:
         raise ValueError(
-            f"{path}: the params could not be restored ({type(e).__name__}: {e}); the checkpoint "
-            "is corrupt or does not match its config.json; save it again"
+            f"{path}: the params could not be restored ({first_line(e)}); the checkpoint is "
+            "corrupt or does not match its config.json; save it again"
         ) from e
-    tokenizer = load_tokenizer(path / "tokenizer") if (path / "tokenizer").is_dir() else None
+    tokenizer = load_tokenizer(path / "tokenizer") if has_tokenizer(path) else None
     return config, params, tokenizer
+
+
+def read_config(path: str | Path) -> LlamaConfig:
+    """The :class:`LlamaConfig` of the checkpoint at ``path``, without reading the params.
+
+    Raises:
+      ValueError: ``path`` is not a complete specjax checkpoint.
+    """
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r} is not {FORMAT!r}")
+        return config_from_json(json.loads((path / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(
+            f"{path} is not a complete specjax checkpoint ({first_line(e)}); "
+            "save it again with specjax.models.checkpoint.save"
+        ) from e
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """Whether the checkpoint at ``path`` carries its tokenizer."""
+    return (Path(path) / "tokenizer").is_dir()
 
 
 def is_checkpoint(path: str | Path) -> bool:

@@ -20,6 +20,7 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from specjax.errors import first_line
 from specjax.train import data as data_lib
 from specjax.typing import Array
 
@@ -67,9 +68,17 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "seq_len", "eval_every", "log_every"):
+        counts = ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "log_every")
+        for name in (*counts, "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.end_lr_ratio <= 1:
+            raise ValueError(f"TrainConfig.end_lr_ratio must be in [0, 1], got {self.end_lr_ratio}")
+        for name in ("b1", "b2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_steps < self.steps:
             raise ValueError(
                 f"TrainConfig.warmup_steps must be in [0, steps={self.steps}), "
@@ -171,7 +180,7 @@ class Trainer:
             self.state = self.manager.restore(latest, args=ocp.args.StandardRestore(abstract))
         except Exception as err:  # orbax / tensorstore raise many types for bad files
             raise ValueError(
-                f"cannot restore the training checkpoint {path}: {type(err).__name__}: {err}. "
+                f"cannot restore the training checkpoint {path}: {first_line(err)}. "
                 "The file is corrupt or from a different model/optimizer; delete that step "
                 "directory to resume from an earlier checkpoint, or use a new workdir."
             ) from None

@@ -1,0 +1,172 @@
+r"""SSD hit rate, bonus-guess accuracy and rounds served from the cache against the branch budget C
+and the Saguaro factor, on the Shakespeare pair and on SmolLM2 with its self-draft.
+
+  python scripts/bench_ssd.py --output=/tmp/ssd.md --plot=benchmarks/ssd_hit_rate.png
+  python scripts/bench_ssd.py --quick
+
+No timings: on this 2-core CPU the draft and the target share the cores, so SSD's gain (drafting
+hidden behind verification) cannot show; scripts/simulate_ssd.py turns the measured rates and
+per-call latencies into predicted speedups. Every row also checks that SSD at temperature 0 emits
+the autoregressive tokens.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import sys
+import time
+
+import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
+from absl import app, flags, logging
+
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.runner import load_model
+from specjax.decode.ssd import generate_ssd, ssd_rates
+from specjax.drafters.fanout import parse_fan_out
+from specjax.drafters.speculation import SSDConfig
+from specjax.drafters.ssd import SSDDrafter
+from specjax.models.pure import PureModel, truncated
+from specjax.sampling import SamplingParams
+
+_PAIRS = flags.DEFINE_list("pairs", ["shakespeare", "smollm2"], "shakespeare and/or smollm2.")
+_BUDGETS = flags.DEFINE_list("budgets", ["5", "10", "20", "40"], "Branch budgets C.")
+_SAGUARO = flags.DEFINE_list("saguaro", ["1.0", "0.5"], "Saguaro factors (1 = off).")
+_FAN_OUTS = flags.DEFINE_list("fan_outs", ["geometric", "uniform"], "Fan-out families.")
+_TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
+_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 96, "Tokens generated per prompt.")
+_DRAFT_LEN = flags.DEFINE_integer("draft_len", 4, "L.")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown report to this file.")
+_PLOT = flags.DEFINE_string("plot", None, "PNG of hit rate against C (needs matplotlib).")
+_QUICK = flags.DEFINE_bool("quick", False, "Smoke run: Shakespeare, two budgets, 32 tokens.")
+
+PROMPTS = {
+    "shakespeare": ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "HAMLET:\nTo be, or not"],
+    "smollm2": [
+        "def fibonacci(n):\n    ",
+        "The capital of France is",
+        "Speculative decoding makes a large model faster by",
+    ],
+}
+
+
+def load_pair(name: str):
+    """``(target, draft, tokenizer)`` PureModels: the committed Shakespeare pair, or SmolLM2
+    with its first 8 layers as the self-draft."""
+    if name == "shakespeare":
+        target, tokenizer = load_model("checkpoints/shakespeare/target", "")
+        draft, _ = load_model("checkpoints/shakespeare/draft", "")
+    else:
+        target, tokenizer = load_model("smollm2", "")
+        draft = truncated(target, 8)
+    return PureModel.of(target), PureModel.of(draft), tokenizer
+
+
+def rows_for(name: str, quick: bool) -> list[tuple[str, int, float, float]]:
+    """(fan-out family, C, Saguaro factor, temperature) per row."""
+    budgets = ["5", "20"] if quick else _BUDGETS.value
+    grid = []
+    for temperature in map(float, _TEMPERATURES.value):
+        for family in _FAN_OUTS.value:
+            for c in map(int, budgets):
+                factors = [1.0] if temperature == 0 else map(float, _SAGUARO.value)
+                grid += [(family, c, f, temperature) for f in factors]
+    return grid
+
+
+def measure(name: str, quick: bool) -> list[list[str]]:
+    target, draft, tokenizer = load_pair(name)
+    l_len, new = _DRAFT_LEN.value, (32 if quick else _NEW_TOKENS.value)
+    prompts = [tokenizer.encode(p) for p in PROMPTS[name]]
+    body = []
+    for family, budget, factor, temperature in rows_for(name, quick):
+        if family == "uniform" and budget % (l_len + 1):
+            continue
+        params = SamplingParams(temperature)
+        verifier = "greedy" if temperature == 0 else "block"
+        cfg = DecodeConfig(verifier, params, new)
+        fan = parse_fan_out(family, l_len, budget, 0.8)
+        drafter = SSDDrafter(draft, params, SSDConfig(fan_out=fan, saguaro=factor))
+        out = generate_ssd(target, prompts, cfg, drafter, seed=0)
+        same = "—"
+        if temperature == 0:
+            ar = generate(target, prompts, DecodeConfig("autoregressive", params, new))
+            same = "yes" if ar.tokens == out.tokens else "**NO**"
+        r = ssd_rates(out.ssd)
+        body.append(
+            [
+                name,
+                f"{temperature:g}",
+                family,
+                ",".join(map(str, fan)),
+                str(budget),
+                f"{factor:g}",
+                f"{r['ssd_hit_rate']:.3f}",
+                f"{r['ssd_bonus_accuracy']:.3f}",
+                f"{r['ssd_k_coverage']:.3f}",
+                f"{r['ssd_served_from_cache']:.3f}",
+                f"{out.metrics.block_efficiency:.2f}",
+                f"{r['ssd_accepted_length_from_cache']:.2f}",
+                f"{r['ssd_accepted_length_from_backup']:.2f}",
+                same,
+            ]
+        )
+        logging.warning("%s", " | ".join(body[-1]))
+    return body
+
+
+HEAD = [
+    "pair", "T", "fan-out", "F_0..F_L", "C", "Saguaro", "hit rate", "bonus acc.", "k coverage",
+    "served from cache", "block eff.", "accepted (cache)", "accepted (backup)", "= AR",
+]  # fmt: skip
+
+
+def plot(body: list[list[str]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, temperature in zip(axes, ("0", "1"), strict=True):
+        lines = {}
+        for row in body:
+            if row[1] == temperature:
+                key = f"{row[0]} {row[2]} x={row[5]}"
+                lines.setdefault(key, []).append((int(row[4]), float(row[6])))
+        for key, points in sorted(lines.items()):
+            xs, ys = zip(*sorted(points), strict=True)
+            ax.plot(xs, ys, marker="o", label=key)
+        ax.set_title(f"temperature {temperature}")
+        ax.set_xlabel("branches per row C")
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("SSD cache hit rate")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    t0 = time.perf_counter()
+    pairs = ["shakespeare"] if _QUICK.value else _PAIRS.value
+    body = [row for name in pairs for row in measure(name, _QUICK.value)]
+    header = (
+        f"`{' '.join(['python', 'scripts/bench_ssd.py', *sys.argv[1:]])}` on "
+        f"{benchlib.machine()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
+        f"L = {_DRAFT_LEN.value}; total {time.perf_counter() - t0:.0f} s."
+    )
+    report = header + "\n\n" + benchlib.markdown(HEAD, body, left=4) + "\n"
+    print(report)
+    if _OUTPUT.value:
+        pathlib.Path(_OUTPUT.value).write_text(report, encoding="utf-8")
+    if _PLOT.value:
+        plot(body, _PLOT.value)
+    if any("NO" in row[-1] for row in body):
+        sys.exit("error: SSD at temperature 0 differed from autoregressive decoding")
+
+
+if __name__ == "__main__":
+    app.run(main)

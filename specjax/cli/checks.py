@@ -1,0 +1,147 @@
+"""Config checks run before any model is loaded or any program compiled.
+
+Each check raises :class:`ConfigError` (a ``ValueError``) whose text names the key and the fix;
+the CLIs print it as one ``error:`` line and exit 1. The checks read files' headers at most: a
+missing checkpoint, an unwritable output path or an impossible mesh costs milliseconds, not a
+model load.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the fix."""
+
+
+def integer(cfg, key: str, low: int | None = None, high: int | None = None) -> int:
+    """``cfg[key]`` as an int in ``[low, high]`` (bools are not integers here)."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        interval = _range(low, high, open_low=False)
+        raise ConfigError(f"{key} must be {interval}, got {value}")
+    return value
+
+
+def number(
+    cfg, key: str, low: float | None = None, high: float | None = None, open_low: bool = False
+) -> float:
+    """``cfg[key]`` as a finite float in ``[low, high]`` (``(low, high]`` with ``open_low``)."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}")
+    too_low = low is not None and (value <= low if open_low else value < low)
+    if too_low or (high is not None and value > high):
+        interval = _range(low, high, open_low)
+        raise ConfigError(f"{key} must be {interval}, got {value}")
+    return float(value)
+
+
+def choice(cfg, key: str, choices: Iterable[str]) -> str:
+    """``cfg[key]``, one of ``choices``."""
+    choices = tuple(choices)
+    if cfg[key] not in choices:
+        raise ConfigError(f"unknown {key} {cfg[key]!r}; choose one of {', '.join(choices)}")
+    return cfg[key]
+
+
+def writable_file(path: str | Path, key: str) -> None:
+    """A file can be created or replaced at ``path``."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{key} {path} is a directory; give a file path")
+    _probe(_existing_parent(path, key), path, key)
+
+
+def writable_dir(path: str | Path, key: str) -> None:
+    """``path`` is, or can be created as, a directory that files can be written into."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key} {path} is a file, not a directory; choose another path")
+    _probe(path if path.is_dir() else _existing_parent(path, key), path, key)
+
+
+def readable_file(path: str | Path, key: str) -> Path:
+    """``path`` is a file this process can read."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise ConfigError(f"{key} {path} {what}; give an existing file")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{key} {path} is not readable; check its permissions")
+    return path
+
+
+def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
+    """``path`` names a model: ``random:<seed>``, ``smollm2``, or a checkpoint, GGUF file or
+    Hugging Face directory that exists (a specjax checkpoint's config is read and checked)."""
+    from specjax.models import checkpoint  # only when a path is given
+
+    if path.startswith("random:"):
+        seed = path.split(":", 1)[1]
+        if not seed.isdigit():
+            raise ConfigError(f"{key} {path!r}: random:<seed> needs a non-negative integer seed")
+        return
+    if path == "smollm2":
+        return
+    where = Path(path).expanduser()
+    if not where.exists():
+        raise ConfigError(
+            f"{key} {path!r} not found; give a specjax checkpoint directory, a .gguf file, a "
+            "Hugging Face directory, 'smollm2' or 'random:<seed>'"
+        )
+    if checkpoint.is_checkpoint(where):
+        try:
+            checkpoint.read_config(where)
+        except ValueError as err:
+            raise ConfigError(f"{key}: {err}") from None
+        if need_tokenizer and not checkpoint.has_tokenizer(where):
+            raise ConfigError(
+                f"{key} {path}: the checkpoint has no tokenizer/ directory, so prompts cannot be "
+                "encoded; save it with its tokenizer (checkpoint.save(..., tokenizer))"
+            )
+
+
+def seed(cfg, key: str = "seed", headroom: int = 0) -> int:
+    """A seed that fits the PRNG's int32 with ``headroom`` to spare (seed + i for batch i)."""
+    value = integer(cfg, key)
+    if not -(2**31) <= value < 2**31 - headroom:
+        raise ConfigError(
+            f"{key} {value} does not fit the PRNG's int32; use 0 .. {2**31 - headroom - 1}"
+        )
+    return value
+
+
+def _existing_parent(path: Path, key: str) -> Path:
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{key} {path}: {parent} is a file, not a directory; choose another path")
+    return parent
+
+
+def _probe(directory: Path, path: Path, key: str) -> None:
+    try:  # a real probe: access() says yes to root even on read-only file systems
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"{key} {path}: {directory} is not writable ({err.strerror}); choose another path"
+        ) from None
+
+
+def _range(low, high, open_low: bool) -> str:
+    """``>= 1``, ``> 0``, ``<= 5`` or ``in [0, 1]``."""
+    if high is None:
+        return f"{'>' if open_low else '>='} {low}"
+    if low is None:
+        return f"<= {high}"
+    return f"in {'(' if open_low else '['}{low}, {high}]"

@@ -1,0 +1,259 @@
+"""Every key of every CLI's config, checked before any work (see :mod:`specjax.cli.checks`).
+
+``check_decode`` / ``check_train`` / ``check_distill`` raise :class:`ConfigError` naming the key
+and the fix; the CLIs call them before loading a model, compiling a program or waiting for peer
+processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specjax.cli.checks import (
+    ConfigError,
+    choice,
+    integer,
+    model_source,
+    number,
+    readable_file,
+    seed,
+    writable_dir,
+    writable_file,
+)
+
+DRAFTERS = ("model", "ngram", "self", "none")
+PLACEMENTS = ("replicated", "sharded", "submesh")
+DTYPES = ("", "float32", "bfloat16")
+DATA_SOURCES = ("corpus", "target_samples")
+MODES = ("sd", "ssd")
+SSD_DEVICES = ("", "next", "cpu")
+SEED_HEADROOM = 2**20  # the decode CLI decodes batch i with seed + i
+
+
+def check_decode(cfg) -> None:
+    """Checks a ``configs/shakespeare.py``-style decode record (types, ranges, files, paths)."""
+    from specjax import verify
+    from specjax.decode.buckets import ShapeBuckets, parse_sizes
+    from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+    from specjax.sampling import SamplingParams
+
+    drafter = choice(cfg, "drafter", DRAFTERS)
+    placement = choice(cfg, "draft_placement", PLACEMENTS)
+    choice(cfg, "dtype", DTYPES)
+    choice(cfg, "verifier", tuple(verify.VERIFIERS))
+    integer(cfg, "num_speculative_tokens", 1, 64)
+    k_paths = integer(cfg, "num_paths", 1, 64)
+    integer(cfg, "draft_layers", 1)
+    ngram_min = integer(cfg, "ngram_min", 1)
+    integer(cfg, "ngram_max", ngram_min)
+    integer(cfg, "max_new_tokens", 1)
+    integer(cfg, "batch_size", 1)
+    integer(cfg, "top_k", 0)
+    number(cfg, "temperature", 0.0)
+    number(cfg, "top_p", 0.0, 1.0, open_low=True)
+    seed(cfg, headroom=SEED_HEADROOM)
+    for i, token in enumerate(cfg.stop_tokens):
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise ConfigError(f"stop_tokens[{i}] must be a token id (an integer >= 0): {token!r}")
+    verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
+    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
+    config = DecodeConfig(verifier, sampling, cfg.max_new_tokens, (), cfg.replacement)
+    if config.speculative and not config.multipath and k_paths > 1:
+        raise ConfigError(
+            f"verifier {verifier!r} verifies one chain but num_paths={k_paths}; set num_paths=1 "
+            "or use specinfer, spectr or gbv"
+        )
+    if drafter == "ngram" and k_paths > 1 and (not sampling.greedy or verifier != "specinfer"):
+        raise ConfigError(
+            f"{k_paths} n-gram paths are fixed proposals: exact with verifier=specinfer at "
+            "temperature 0 only; set num_paths=1, or temperature=0 and verifier=specinfer"
+        )
+    ShapeBuckets(
+        parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
+        parse_sizes(cfg.batch_buckets, "batch_buckets"),
+    )
+    model_source(cfg.target, "target", need_tokenizer=True)
+    if drafter == "model":
+        model_source(cfg.draft, "draft")
+    if cfg.prompts_file:
+        readable_file(cfg.prompts_file, "prompts_file")
+    elif not cfg.prompt:
+        raise ConfigError("prompt is empty; give a prompt or a prompts_file")
+    for key in ("output", "metrics_json"):
+        if cfg[key]:
+            writable_file(cfg[key], key)
+    if cfg.compilation_cache not in ("auto", "off", ""):
+        writable_dir(cfg.compilation_cache, "compilation_cache")
+    _check_devices(cfg, placement)
+    if choice(cfg, "mode", MODES) == "ssd":
+        ssd_config(cfg)
+
+
+def ssd_config(cfg):
+    """The :class:`~specjax.drafters.ssd.SSDConfig` of the ``ssd_*`` keys (mode=ssd)."""
+    from specjax.drafters.fanout import parse_fan_out
+    from specjax.drafters.speculation import BACKUPS, SSDConfig
+
+    if cfg.drafter not in ("model", "self"):
+        raise ConfigError(
+            f"mode=ssd drafts with a model; set drafter=model or self, not {cfg.drafter!r}"
+        )
+    if cfg.verifier not in ("greedy", "token", "block") or cfg.num_paths != 1:
+        raise ConfigError(
+            "mode=ssd serves one chain per row: set verifier to greedy, token or block and "
+            "num_paths=1"
+        )
+    if cfg.mesh_shape or cfg.stream:
+        raise ConfigError(
+            "mode=ssd runs on one device or two (ssd_draft_device); unset mesh_shape and stream"
+        )
+    choice(cfg, "ssd_backup", BACKUPS)
+    choice(cfg, "ssd_draft_device", SSD_DEVICES)
+    l_len = cfg.num_speculative_tokens
+    budget = integer(cfg, "ssd_budget", 1, 1024)
+    alpha = number(cfg, "ssd_alpha", 0.0, 1.0, open_low=True)
+    if alpha >= 1.0:
+        raise ConfigError(f"ssd_alpha must be in (0, 1), got {alpha}")
+    number(cfg, "ssd_saguaro", 0.0, 1.0, open_low=True)
+    integer(cfg, "ssd_saguaro_top", 0)
+    try:
+        fan = parse_fan_out(cfg.ssd_fan_out, l_len, budget, alpha)
+        miss = (
+            parse_fan_out(cfg.ssd_fan_out_miss, l_len, sum(fan), alpha)
+            if cfg.ssd_fan_out_miss
+            else None
+        )
+        return SSDConfig(
+            fan_out=fan,
+            fan_out_miss=miss,
+            saguaro=cfg.ssd_saguaro,
+            saguaro_top=cfg.ssd_saguaro_top,
+            backup=cfg.ssd_backup,
+            ngram_max=cfg.ngram_max,
+            ngram_min=cfg.ngram_min,
+        )
+    except ValueError as err:
+        raise ConfigError(f"ssd: {err}") from None
+
+
+def _check_devices(cfg, placement: str) -> None:
+    from specjax import sharding
+    from specjax.decode import placement as processes
+
+    if cfg.mesh_shape:
+        sharding.parse_mesh_shape(cfg.mesh_shape)
+        if cfg.stream:
+            raise ConfigError("stream=True decodes on one device; unset mesh_shape to stream")
+    if placement == "submesh":
+        if not cfg.mesh_shape or not cfg.draft_mesh_shape:
+            raise ConfigError("draft_placement='submesh' needs mesh_shape and draft_mesh_shape")
+        if cfg.drafter != "model":
+            raise ConfigError("draft_placement='submesh' places a draft model; set drafter=model")
+        sharding.parse_mesh_shape(cfg.draft_mesh_shape)
+    integer(cfg, "num_cpu_devices", 0)
+    processes_n = integer(cfg, "num_processes", 1)
+    integer(cfg, "process_id", 0, processes_n - 1)
+    number(cfg, "init_timeout", 0.0, open_low=True)
+    if cfg.coordinator_address and cfg.coordinator_address != "auto":
+        processes.check_address(cfg.coordinator_address)
+
+
+def check_training_run(cfg) -> None:
+    """The keys that training and distillation share: corpus, split, seed, directories, the
+    ``train`` block, and the ``model`` block's shape."""
+    from specjax.models import checkpoint
+
+    if cfg.corpus not in ("shakespeare", "shakespeare_slice") and not Path(cfg.corpus).exists():
+        raise ConfigError(
+            f"corpus {cfg.corpus!r} is neither 'shakespeare', 'shakespeare_slice' nor an existing "
+            "path; give a file or a directory of *.txt"
+        )
+    number(cfg, "val_fraction", 0.0, 0.5, open_low=True)
+    seed(cfg)
+    writable_dir(cfg.workdir, "workdir")
+    writable_dir(cfg.export_dir, "export_dir")
+    export = Path(cfg.export_dir).expanduser()
+    if export.exists() and not checkpoint.is_checkpoint(export) and any(export.iterdir()):
+        raise ConfigError(
+            f"export_dir {export} exists and is not a specjax checkpoint; the export would not "
+            "replace it: choose a new export_dir (or remove it yourself)"
+        )
+    model_cfg, train_cfg = model_config(cfg), train_config(cfg)
+    if train_cfg.seq_len > model_cfg.max_seq_len:
+        raise ConfigError(
+            f"train.seq_len {train_cfg.seq_len} exceeds model.max_seq_len "
+            f"{model_cfg.max_seq_len}; shorten the windows or raise max_seq_len"
+        )
+
+
+def check_train(cfg) -> None:
+    """Checks a ``configs/shakespeare_target.py``-style training record."""
+    from specjax.models.tokenizer import ByteTokenizer
+
+    choice(cfg, "tokenizer", ("bytes",))
+    check_training_run(cfg)
+    vocab = ByteTokenizer().vocab_size
+    if model_config(cfg).vocab_size < vocab:
+        raise ConfigError(
+            f"model.vocab_size {cfg.model.vocab_size} is smaller than the byte tokenizer's "
+            f"vocabulary ({vocab}); set model.vocab_size >= {vocab}"
+        )
+
+
+def check_distill(cfg) -> None:
+    """Checks a ``configs/shakespeare_draft.py``-style distillation record."""
+    from specjax.models import checkpoint
+    from specjax.train.distill import LOSSES
+
+    choice(cfg, "loss", LOSSES)
+    data = choice(cfg, "data", DATA_SOURCES)
+    number(cfg, "temperature", 0.0, open_low=True)
+    if data == "target_samples":
+        batch = integer(cfg, "sample_batch", 1)
+        integer(cfg, "num_samples", batch)
+        integer(cfg, "prompt_len", 1)
+        integer(cfg, "sample_len", 1)
+    model_source(cfg.target, "target", need_tokenizer=True)
+    check_training_run(cfg)
+    if not checkpoint.is_checkpoint(Path(cfg.target).expanduser()):
+        return  # GGUF / HF sources: their vocabulary is compared once loaded
+    target = checkpoint.read_config(Path(cfg.target).expanduser())
+    draft = model_config(cfg)
+    if draft.vocab_size != target.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size ({draft.vocab_size}) != the target's vocab_size "
+            f"({target.vocab_size}); draft and target must share one tokenizer"
+        )
+    if data == "target_samples" and cfg.prompt_len + cfg.sample_len > target.max_seq_len:
+        raise ConfigError(
+            f"prompt_len + sample_len = {cfg.prompt_len + cfg.sample_len} exceeds the target's "
+            f"max_seq_len {target.max_seq_len}; shorten the samples"
+        )
+
+
+def model_config(cfg):
+    """The :class:`LlamaConfig` of ``cfg.model``; unknown or bad fields are one error."""
+    from specjax.models import LlamaConfig
+
+    return _build(LlamaConfig, cfg.model, "model")
+
+
+def train_config(cfg):
+    """The :class:`TrainConfig` of ``cfg.train``; unknown or bad fields are one error."""
+    from specjax.train.trainer import TrainConfig
+
+    return _build(TrainConfig, cfg.train, "train")
+
+
+def _build(cls, block, key: str):
+    values = block.to_dict() if hasattr(block, "to_dict") else dict(block)
+    known = set(cls.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown {key} key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(known))}"
+        )
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{key}: {err}") from None

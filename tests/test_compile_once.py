@@ -44,7 +44,7 @@ def test_round_up():
         parse_sizes("64,abc", "prompt_buckets")
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_padding_never_changes_the_output(models, temperature):
     target, draft = models
     params = SamplingParams(temperature)

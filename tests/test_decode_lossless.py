@@ -61,10 +61,10 @@ def chi_square_pvalue(rows: list[list[int]], joint: np.ndarray) -> float:
 
 
 SLOW = pytest.mark.slow
-CASES = [  # the default tier keeps one chain, one multi-path and the n-gram case
+CASES = [  # the default tier keeps one case (processed sampling); every case runs in slow
     ("block", "model", 1, 3, True, dict(top_k=3, top_p=0.9, temperature=0.8)),
-    ("specinfer", "model", 3, 2, False, {}),
-    ("block", "ngram", 1, 2, True, {}),
+    pytest.param("specinfer", "model", 3, 2, False, {}, marks=SLOW),
+    pytest.param("block", "ngram", 1, 2, True, {}, marks=SLOW),
     pytest.param("autoregressive", "model", 1, 2, True, {}, marks=SLOW),
     pytest.param("token", "model", 1, 2, True, {}, marks=SLOW),
     pytest.param("block", "model", 1, 2, True, {}, marks=SLOW),

@@ -150,9 +150,9 @@ def test_enumeration_detects_broken_verifiers():
         for i in range(1, n + 1):
             dist = np.maximum(w[i - 1] * target_probs[i - 1] - draft_probs[i - 1], 0.0)
             dist = dist / dist.sum() if dist.sum() > 0 else target_probs[i - 1]
-            ref._add(law, i - 1, dist, 0, reach * (1 - h[i]))
+            ref.add_outcome(law, i - 1, dist, 0, reach * (1 - h[i]))
             reach *= h[i]
-        ref._add(law, n, target_probs[n], 0, reach)
+        ref.add_outcome(law, n, target_probs[n], 0, reach)
         return law
 
     assert _lossless_error(en.bv_paper_model(2), first_failure_block, "chain", 1, 2) > 1e-3

@@ -54,6 +54,7 @@ def test_draft_on_its_own_devices_gives_the_same_tokens():
     run_check("submesh")
 
 
+@pytest.mark.slow
 def test_checkpoints_and_gguf_load_straight_onto_the_mesh():
     run_check("loading")
 

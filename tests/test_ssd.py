@@ -127,6 +127,7 @@ def test_greedy_ssd_equals_autoregressive_everywhere(v4_pair, fan_out, backup, v
     check_greedy_equality(v4_pair, fan_out, backup, verifier)
 
 
+@pytest.mark.slow
 def test_greedy_ssd_on_a_close_pair_hits_and_accepts():
     target, draft = pair(vocab=48, sigma=0.02)
     ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 24))
@@ -153,7 +154,10 @@ def ssd_law_pvalue(pair, ssd: SSDConfig, verifier: str = "token", seed: int = 7)
 @pytest.mark.parametrize(
     "verifier,ssd",
     [
-        ("block", SSDConfig(fan_out=ALL_HIT, saguaro=0.3, saguaro_top=2)),
+        ("block", SSDConfig(fan_out=MIXED, saguaro=0.3, saguaro_top=2)),
+        pytest.param(
+            "block", SSDConfig(fan_out=ALL_HIT, saguaro=0.3, saguaro_top=2), marks=pytest.mark.slow
+        ),
         pytest.param("token", SSDConfig(fan_out=MIXED, backup="ngram"), marks=pytest.mark.slow),
     ],
 )
@@ -215,6 +219,7 @@ def planted_pvalue(pair, drafter_cls, ssd: SSDConfig) -> float:
     return lossless.chi_square_pvalue(out.tokens, lossless.exact_joint(target, params))
 
 
+@pytest.mark.slow
 def test_the_law_test_catches_an_unscaled_law(v4_pair):
     """Drafting from Saguaro's q' but verifying with q is biased, and the test says so."""
     ssd = SSDConfig(fan_out=ALL_HIT, saguaro=0.3, saguaro_top=2)

@@ -135,6 +135,7 @@ def test_corrupt_checkpoint_clear_error_and_earlier_checkpoint_intact(tmp_path):
     assert "resumed from checkpoint at step 10" in logs
 
 
+@pytest.mark.slow
 def test_tv_distillation_raises_acceptance(tmp_path):
     data = token_data()
     target = byte_model(seed=1, dim=48, num_heads=4, num_kv_heads=2)

@@ -100,7 +100,13 @@ def test_k1_multipath_equals_chain_bit_for_bit(seed):
                 np.testing.assert_array_equal(g, w, err_msg=name)
 
 
-@pytest.mark.parametrize("name", CHAIN + MULTI)
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in ("block", "gbv") else pytest.param(n, marks=pytest.mark.slow)
+        for n in CHAIN + MULTI
+    ],
+)
 def test_jit_equals_eager_and_vmap_equals_loop(name):
     d = make_draft(3)
     if name in CHAIN:

@@ -71,7 +71,7 @@ def _accept_prob(numerator: float, denominator: float) -> float:
     return min(1.0, numerator / denominator)
 
 
-def _add(law: Law, tau: int, dist: np.ndarray, path: int, weight: float) -> None:
+def add_outcome(law: Law, tau: int, dist: np.ndarray, path: int, weight: float) -> None:
     """Adds ``weight * dist[v]`` to outcome ``(tau, v, path)`` for every ``v`` (positive only)."""
     for v in range(dist.shape[0]):
         prob = weight * float(dist[v])
@@ -193,9 +193,9 @@ def token_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
         x = int(tokens[i])
         accept = 0.0 if x < 0 else _accept_prob(p[i, x], q[i, x])
         residual = _normalize_or(np.maximum(p[i] - q[i], 0.0), p[i])
-        _add(law, i, residual, 0, reach * (1.0 - accept))
+        add_outcome(law, i, residual, 0, reach * (1.0 - accept))
         reach *= accept
-    _add(law, n, p[n], 0, reach)
+    add_outcome(law, n, p[n], 0, reach)
     return law
 
 
@@ -265,7 +265,7 @@ def block_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
             dist = _normalize_or(np.maximum(w[i] * p[i] - q[i], 0.0), p[i])
         else:
             dist = p[n]
-        _add(law, i, dist, 0, float(prob_tau))
+        add_outcome(law, i, dist, 0, float(prob_tau))
     return law
 
 
@@ -295,13 +295,13 @@ def _tree_walk_law(
     def walk(alive: list[int], d: int, weight: float) -> None:
         first = alive[0]
         if d == length:
-            _add(law, length, p[first, length], first, weight)
+            add_outcome(law, length, p[first, length], first, weight)
             return
         candidates = [j for j in alive if d < n[j] and tokens[j, d] >= 0]
         accepted, none_prob, residual = node_rule(
             p[first, d], q[first, d], [int(tokens[j, d]) for j in candidates]
         )
-        _add(law, d, residual, first, weight * none_prob)
+        add_outcome(law, d, residual, first, weight * none_prob)
         for x, prob in accepted.items():
             if weight * prob > 0:
                 walk([j for j in candidates if tokens[j, d] == x], d + 1, weight * prob)

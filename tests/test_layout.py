@@ -1,0 +1,56 @@
+"""The code's layout rules: no module, script or test reaches into another module's private
+(underscore) names; each module's public seams are what others use."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("specjax", "tests", "scripts", "benchlib")
+
+
+def python_files():
+    for folder in ("specjax", "scripts", "tests"):
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def private_reach_ins(path: Path) -> list[str]:
+    """``from m import _x`` and ``m._x`` for our own modules ``m`` (stdlib and third-party
+    private names, e.g. ``os._exit``, are not this rule's business)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    ours: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(OURS):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+                ours.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(OURS):
+                    ours.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ours
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_names_used_across_modules():
+    found = [hit for path in python_files() for hit in private_reach_ins(path)]
+    assert not found, "private names used from another module:\n" + "\n".join(found)
+
+
+def test_the_rule_sees_a_reach_in(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from specjax.decode.loop import _Run\nfrom specjax import sampling as s\ns._x(1)\n"
+    )
+    assert len(private_reach_ins(bad)) == 2

@@ -255,3 +255,14 @@ def test_config_file_problems(argv, message, tmp_path):
 def test_error_line_joins_lines():
     assert error_line(ValueError("a\n  b\n")) == "error: a; b"
     assert error_line(KeyError()) == "error: KeyError"
+
+
+def test_early_interrupt_handlers_only_for_the_cli(monkeypatch):
+    from specjax.cli import interrupts
+
+    monkeypatch.setattr("sys.orig_argv", ["python", "-X", "importtime", "-m", "specjax.decode"])
+    assert interrupts.started_as("specjax.decode")
+    monkeypatch.setattr("sys.orig_argv", ["python", "-mspecjax.decode", "--config", "c.py"])
+    assert interrupts.started_as("specjax.decode")
+    monkeypatch.setattr("sys.orig_argv", ["python", "-m", "pytest", "specjax.decode"])
+    assert not interrupts.started_as("specjax.decode")

@@ -165,6 +165,8 @@ def _decode_then_signal(tmp_path, delay: float, signum: int):
         proc.wait(timeout=delay)
     except subprocess.TimeoutExpired:
         proc.send_signal(signum)
+    else:  # the run ended before the signal: nothing to check
+        pytest.skip(f"the decode finished within {delay:.1f} s, before the signal")
     _, err = proc.communicate(timeout=120)
     return proc.returncode, err.decode()
 
@@ -181,7 +183,7 @@ def test_twenty_interrupts_at_random_moments_exit_cleanly(tmp_path):
     """SIGINT anywhere from start-up to the middle of the decode: always exit 130, one line,
     no file (it used to end in a segfault, exit 139, a few seconds in)."""
     rng = np.random.default_rng(0)
-    for i, delay in enumerate(rng.uniform(0.2, 12.0, size=20)):
+    for i, delay in enumerate(rng.uniform(0.2, 6.0, size=20)):  # the decode takes about 10 s
         where = tmp_path / str(i)
         where.mkdir()
         code, err = _decode_then_signal(where, float(delay), signal.SIGINT)

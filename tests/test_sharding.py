@@ -64,6 +64,7 @@ def test_verification_does_not_gather_the_vocabulary():
     run_check("nogather")
 
 
+@pytest.mark.slow
 def test_bad_meshes_name_both_numbers():
     run_check("errors")
 

@@ -7,8 +7,15 @@ accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
 Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
 ``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
 (the compiled programs, for HLO inspection), ``state_shardings`` / ``constrain_state`` (the
-decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half).
+decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half),
+``generate_ssd`` / ``verify_round`` (speculative speculative decoding and its target half).
 """
+
+# ruff: noqa: E402 (the early handlers go in before the imports below load JAX)
+from specjax.cli import interrupts
+
+interrupts.install_early("specjax.decode")  # only when this process is the CLI
+
 
 from specjax.decode import compile_cache
 from specjax.decode.buckets import EXACT, ShapeBuckets
@@ -27,6 +34,7 @@ from specjax.decode.loop import (
     state_shardings,
 )
 from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.ssd import generate_ssd, verify_round
 from specjax.decode.state import DecodeState
 from specjax.decode.step import (
     autoregressive_step,
@@ -55,6 +63,7 @@ __all__ = [
     "constrain_state",
     "decode_program",
     "generate",
+    "generate_ssd",
     "init_state",
     "outputs",
     "prefill_program",
@@ -64,4 +73,5 @@ __all__ = [
     "state_shardings",
     "step",
     "verify_and_commit",
+    "verify_round",
 ]

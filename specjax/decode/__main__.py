@@ -13,26 +13,19 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
-INTERRUPTED = "\ninterrupted: no output file was written\n"
+from absl import app, logging
+from ml_collections import config_flags
 
+from specjax.cli import validate
+from specjax.cli.app import ERRORS, error_line
+from specjax.cli.interrupts import INTERRUPTED
+from specjax.config_files import loaded_config, parse_flags
+from specjax.decode import placement, runner
 
-def _exit_now(signum, frame):
-    """SIGINT/SIGTERM before the run starts: nothing is open yet, leave at once."""
-    os.write(2, INTERRUPTED.encode())
-    os._exit(128 + signum)
-
-
-signal.signal(signal.SIGINT, _exit_now)
-signal.signal(signal.SIGTERM, _exit_now)
-
-from absl import app, logging  # noqa: E402 (after the handlers: an import can take seconds)
-from ml_collections import config_flags  # noqa: E402
-
-from specjax.cli import validate  # noqa: E402
-from specjax.cli.app import ERRORS, error_line  # noqa: E402
-from specjax.config_files import loaded_config, parse_flags  # noqa: E402
-from specjax.decode import placement, runner  # noqa: E402
+# Until main() installs its own handlers, SIGINT/SIGTERM exit at once: the package did that
+# before importing JAX (specjax.cli.interrupts.install_early).
 
 
 class Interrupted(KeyboardInterrupt):
@@ -47,6 +40,16 @@ def _raise(signum, frame):
     raise Interrupted(signum)
 
 
+def _unraisable(hook):
+    """An :class:`Interrupted` raised inside a callback Python swallows (a garbage-collection
+    callback of JAX's, a ``__del__``) would be lost: send the signal again a moment later, when
+    the main thread is back in ordinary code, instead of printing it."""
+    if isinstance(hook.exc_value, Interrupted):
+        threading.Timer(0.05, os.kill, (os.getpid(), hook.exc_value.signum)).start()
+        return
+    sys.__unraisablehook__(hook)
+
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
 
 
@@ -55,6 +58,7 @@ def main(argv):
         sys.exit(f"error: unexpected arguments {argv[1:]}; use --config.<key>=<value>")
     cfg = loaded_config(_CONFIG, "configs/shakespeare.py")
     logging.set_verbosity(logging.WARNING)
+    sys.unraisablehook = _unraisable
     signal.signal(signal.SIGINT, _raise)
     signal.signal(signal.SIGTERM, _raise)
     try:

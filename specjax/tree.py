@@ -71,8 +71,30 @@ def draft_kv_mask(base: Array, depth: Array, num_paths: int, capacity: int) -> A
       num_paths: K.
       capacity: S.
     """
+    visible = jnp.broadcast_to(base[:, None], (base.shape[0], num_paths))
+    return level_kv_mask(visible, base, depth, num_paths, capacity)
+
+
+def level_kv_mask(
+    visible: Array, scratch: Array, levels: Array, width: int, capacity: int
+) -> Array:
+    """bool ``[B, W, S]``: what column w of a tree grown level by level may attend to.
+
+    Level j's W nodes sit at slots ``scratch + j * W + w``; a node of column w sees the first
+    ``visible[b, w]`` slots (the committed prefix, and whatever else that column shares) and its
+    own column's nodes of the first ``levels`` levels. The draft tree (:func:`draft_kv_mask`:
+    W = K paths) and SSD's branches (W = C, each also seeing the glue of its accepted tokens)
+    are both such trees.
+
+    Args:
+      visible: int ``[B, W]`` leading slots each column sees.
+      scratch: int ``[B]`` first slot of level 0.
+      levels: scalar int, levels written so far (including the one being fed).
+      width: W.
+      capacity: S.
+    """
     s = jnp.arange(capacity)[None, None, :]  # [1, 1, S]
-    rel = s - base[:, None, None]  # [B, 1, S]
-    k = jnp.arange(num_paths)[None, :, None]  # [1, K, 1]
-    own = (rel >= 0) & (rel < depth * num_paths) & (rel % num_paths == k)
-    return (rel < 0) | own
+    rel = s - scratch[:, None, None]  # [B, 1, S]
+    column = jnp.arange(width)[None, :, None]  # [1, W, 1]
+    own = (rel >= 0) & (rel < levels * width) & (rel % width == column)
+    return (s < visible[..., None]) | own

@@ -30,7 +30,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax import sampling
+from specjax import sampling, tree
 from specjax.drafters.base import Draft
 from specjax.drafters.fanout import branch_layout
 from specjax.drafters.ngram import NgramDrafter
@@ -269,18 +269,14 @@ def decode_branches(
     """
     b, c = first.shape
     v = model.config.vocab_size
-    s = jnp.arange(kv.capacity)[None, None, :]  # [1, 1, S]
-    own = (jnp.arange(c)[None, :, None] == (s - scratch[:, None, None]) % c) & (
-        s >= scratch[:, None, None]
-    )  # [B, C, S]
-    seen = (s < (base[:, None] + glue)[..., None]) | own  # prefix, glue, own levels (by depth)
+    visible = base[:, None] + glue  # [B, C]: the prefix and the branch's glue
     step_keys = jax.vmap(lambda k: jax.random.split(k, draft_len))(keys)  # [B, L]
     fed = jnp.zeros((b, c, draft_len + 1), jnp.int32).at[:, :, 0].set(first)
     probs = jnp.zeros((b, c, draft_len, v), jnp.float32)
 
     def level(d, carry):
         kv, fed, probs = carry
-        kv_mask = seen & (s < (scratch + (d + 1) * c)[:, None, None])
+        kv_mask = tree.level_kv_mask(visible, scratch, d + 1, c, kv.capacity)  # [B, C, S]
         positions = base[:, None] + glue + d  # [B, C]
         logits, kv = model(
             fed[:, :, d], cache=kv.rollback(scratch + d * c), positions=positions, kv_mask=kv_mask

@@ -173,6 +173,8 @@ class Metrics:
             ("decode tokens/s", f"{self.decode_tokens_per_second:.1f}"),
             ("compile", f"{self.compile_seconds:.2f} s"),
         ]
+        # Runs that do not time their first step apart (SSD's fused rounds) leave these out.
+        rows = [(k, v) for k, v in rows if not v.startswith("nan")]
         if self.speedup is not None:
             rows.append(("speedup vs autoregressive", f"{self.speedup:.2f}x"))
         width = max(len(name) for name, _ in rows)

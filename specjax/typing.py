@@ -11,7 +11,8 @@ K      number of draft paths (multi-path / tree drafts); chain verifiers have K 
 L      draft length (gamma): draft tokens proposed per path per speculative step.
 V      vocabulary size (shared by draft and target).
 C      SSD branches per row: speculation-cache entries, one per guessed outcome (k, b).
-N      number of nodes of a deduplicated draft tree.
+N      number of layers (the leading axis of the stacked KV cache ``[N, B, S, G, E]``).
+M      tokens written or moved per row in one commit (``commit_tokens``, ``KVCache.compact``).
 T      sequence positions in one model call (prompt length at prefill, K * L for a draft tree).
 S      KV-cache capacity (static maximum sequence length).
 D      model width (embedding dimension).
@@ -50,7 +51,8 @@ DIMENSIONS: dict[str, str] = {
     "L": "draft length",
     "V": "vocabulary",
     "C": "SSD branches per row",
-    "N": "tree nodes",
+    "N": "layers",
+    "M": "tokens committed or moved per row",
     "T": "positions in one call",
     "S": "cache capacity",
     "D": "model width",

@@ -54,3 +54,15 @@ def test_the_rule_sees_a_reach_in(tmp_path):
         "from specjax.decode.loop import _Run\nfrom specjax import sampling as s\ns._x(1)\n"
     )
     assert len(private_reach_ins(bad)) == 2
+
+
+def test_the_glossary_table_and_dimensions_agree():
+    """``specjax.typing``'s docstring table and ``DIMENSIONS`` list the same letters."""
+    import re
+
+    from specjax import typing as glossary
+
+    table = glossary.__doc__.split("=====  ")[2]  # the rows between the header rules
+    letters = set(re.findall(r"^([A-Z])\s{2,}", table, flags=re.M))
+    letters |= {"G"}  # written on H's row: "H ... ;  G: ..."
+    assert letters == set(glossary.DIMENSIONS), letters ^ set(glossary.DIMENSIONS)

@@ -46,6 +46,17 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+def split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
+    """``num`` independent key arrays ``[B]`` from per-row keys ``[B]`` (one split per row)."""
+    split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
+    return tuple(split[:, i] for i in range(num))
+
+
+def row_keys(key: PRNGKey, batch: int) -> PRNGKey:
+    """Per-row keys ``[B]``: row b draws from ``fold_in(key, b)``, whatever the other rows."""
+    return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(batch))
+
+
 def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
     """The processed distribution ``[..., V]`` (float32) for logits ``[..., V]``."""
     logits = logits.astype(jnp.float32)

@@ -59,7 +59,7 @@ def one_error_line(fn, cfg) -> str:
         (dict(top_p=0.0), "top_p must be in (0.0, 1.0]"),
         (dict(top_k=-1), "top_k must be >= 0"),
         (dict(num_speculative_tokens=0), "num_speculative_tokens must be in [1, 64]"),
-        (dict(num_paths=3, verifier="block"), "verifies one chain but num_paths=3"),
+        (dict(num_paths=3, verifier="block"), "one chain but the drafter proposes 3 paths"),
         (dict(drafter="ngram", num_paths=2, verifier="specinfer"), "n-gram paths"),
         (dict(ngram_min=3, ngram_max=2, drafter="ngram"), "ngram_max must be >= 3"),
         (dict(max_new_tokens=0), "max_new_tokens must be >= 1"),

@@ -36,15 +36,21 @@ def run(script, config, *args):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_train_then_distill_export_loadable_checkpoints(tmp_path):
-    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+def train_target(tmp_path):
+    """Runs scripts/train.py into ``tmp_path / "target"``; returns its output."""
     out = run(
         "train.py",
         "shakespeare_target.py",
         f"--config.workdir={tmp_path / 'run_t'}",
-        f"--config.export_dir={target_dir}",
+        f"--config.export_dir={tmp_path / 'target'}",
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
+def test_train_then_distill_export_loadable_checkpoints(tmp_path):
+    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+    out = train_target(tmp_path)
     assert "tok/s" in out.stdout and "exported to" in out.stdout
     summary = json.loads((target_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["val_loss"] > 0
@@ -68,13 +74,7 @@ def test_train_then_distill_export_loadable_checkpoints(tmp_path):
 @pytest.mark.slow
 def test_distill_on_target_samples(tmp_path):
     target_dir = tmp_path / "target"
-    out = run(
-        "train.py",
-        "shakespeare_target.py",
-        f"--config.workdir={tmp_path / 'run_t'}",
-        f"--config.export_dir={target_dir}",
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
+    train_target(tmp_path)
     out = run(  # distillation on text sampled from the target, forward KL
         "distill.py",
         "shakespeare_draft.py",

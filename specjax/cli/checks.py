@@ -109,13 +109,15 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
             )
 
 
-def seed(cfg, key: str = "seed", headroom: int = 0) -> int:
-    """A seed that fits the PRNG's int32 with ``headroom`` to spare (seed + i for batch i)."""
-    value = integer(cfg, key)
-    if not -(2**31) <= value < 2**31 - headroom:
-        raise ConfigError(
-            f"{key} {value} does not fit the PRNG's int32; use 0 .. {2**31 - headroom - 1}"
-        )
+def seed(cfg, headroom: int = 0) -> int:
+    """``cfg.seed``, fitting the PRNG's int32 with ``headroom`` to spare (seed + i for batch i)."""
+    from specjax.decode.inputs import check_seed  # the library's own check
+
+    value = integer(cfg, "seed")
+    try:
+        check_seed(value, headroom)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return value
 
 

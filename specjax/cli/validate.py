@@ -33,8 +33,8 @@ SEED_HEADROOM = 2**20  # the decode CLI decodes batch i with seed + i
 def check_decode(cfg) -> None:
     """Checks a ``configs/shakespeare.py``-style decode record (types, ranges, files, paths)."""
     from specjax import verify
-    from specjax.decode.buckets import ShapeBuckets, parse_sizes
     from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+    from specjax.decode.inputs import check_paths
     from specjax.sampling import SamplingParams
 
     drafter = choice(cfg, "drafter", DRAFTERS)
@@ -58,20 +58,9 @@ def check_decode(cfg) -> None:
     verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     config = DecodeConfig(verifier, sampling, cfg.max_new_tokens, (), cfg.replacement)
-    if config.speculative and not config.multipath and k_paths > 1:
-        raise ConfigError(
-            f"verifier {verifier!r} verifies one chain but num_paths={k_paths}; set num_paths=1 "
-            "or use specinfer, spectr or gbv"
-        )
-    if drafter == "ngram" and k_paths > 1 and (not sampling.greedy or verifier != "specinfer"):
-        raise ConfigError(
-            f"{k_paths} n-gram paths are fixed proposals: exact with verifier=specinfer at "
-            "temperature 0 only; set num_paths=1, or temperature=0 and verifier=specinfer"
-        )
-    ShapeBuckets(
-        parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
-        parse_sizes(cfg.batch_buckets, "batch_buckets"),
-    )
+    if config.speculative:  # the drafter's own check, before the models are loaded
+        check_paths(config, k_paths, fixed=drafter == "ngram" and k_paths > 1)
+    shape_buckets(cfg)
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
@@ -87,6 +76,16 @@ def check_decode(cfg) -> None:
     _check_devices(cfg, placement)
     if choice(cfg, "mode", MODES) == "ssd":
         ssd_config(cfg)
+
+
+def shape_buckets(cfg):
+    """The :class:`~specjax.decode.ShapeBuckets` of ``prompt_buckets`` and ``batch_buckets``."""
+    from specjax.decode.buckets import ShapeBuckets, parse_sizes
+
+    return ShapeBuckets(
+        parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
+        parse_sizes(cfg.batch_buckets, "batch_buckets"),
+    )
 
 
 def ssd_config(cfg):

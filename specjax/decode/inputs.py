@@ -44,29 +44,35 @@ def check_seed(seed: int, headroom: int = 0) -> None:
         )
 
 
+def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
+    """One clear error unless ``config``'s verifier can verify ``num_paths`` draft paths;
+    ``fixed``: the paths are fixed proposals (n-gram matches), not i.i.d. samples."""
+    if config.multipath is False and num_paths > 1:
+        raise ValueError(
+            f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
+            f"{num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
+        )
+    if fixed:
+        if not config.sampling.greedy:
+            raise ValueError(
+                f"{num_paths} n-gram paths are fixed proposals, not i.i.d. draft "
+                "samples: exact at temperature 0 only; set temperature=0 or num_paths=1"
+            )
+        if config.verifier != "specinfer":
+            raise ValueError(
+                f"{num_paths} n-gram paths sharing a prefix propose different next "
+                f"tokens, which {config.verifier!r} (built for i.i.d. paths) does not allow; "
+                "use verifier=specinfer"
+            )
+
+
 def check_drafter(target, drafter, config: DecodeConfig) -> None:
     """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
     if config.speculative and drafter is None:
         raise ValueError(f"verifier {config.verifier!r} needs a drafter; pass one")
     if drafter is None:
         return
-    if config.multipath is False and drafter.num_paths > 1:
-        raise ValueError(
-            f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
-            f"{drafter.num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
-        )
-    if drafter.greedy_only:
-        if not config.sampling.greedy:
-            raise ValueError(
-                f"{drafter.num_paths} n-gram paths are fixed proposals, not i.i.d. draft "
-                "samples: exact at temperature 0 only; set temperature=0 or num_paths=1"
-            )
-        if config.verifier != "specinfer":
-            raise ValueError(
-                f"{drafter.num_paths} n-gram paths sharing a prefix propose different next "
-                f"tokens, which {config.verifier!r} (built for i.i.d. paths) does not allow; "
-                "use verifier=specinfer"
-            )
+    check_paths(config, drafter.num_paths, drafter.greedy_only)
     if drafter.replacement != config.replacement:
         raise ValueError("drafter and verifier disagree on replacement; set both the same")
     if drafter.vocab_size != target.config.vocab_size:

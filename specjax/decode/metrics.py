@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import numpy as np
@@ -169,12 +170,11 @@ class Metrics:
             ("target forwards", str(self.target_forwards)),
             ("generated tokens", str(self.generated_tokens)),
             ("tokens/s", f"{self.tokens_per_second:.1f} ({self.seconds:.3f} s, compile excluded)"),
-            ("time to first token", f"{self.time_to_first_token * 1e3:.1f} ms"),
-            ("decode tokens/s", f"{self.decode_tokens_per_second:.1f}"),
-            ("compile", f"{self.compile_seconds:.2f} s"),
         ]
-        # Runs that do not time their first step apart (SSD's fused rounds) leave these out.
-        rows = [(k, v) for k, v in rows if not v.startswith("nan")]
+        if not math.isnan(self.time_to_first_token):  # (SSD's fused rounds do not time it)
+            rows.append(("time to first token", f"{self.time_to_first_token * 1e3:.1f} ms"))
+            rows.append(("decode tokens/s", f"{self.decode_tokens_per_second:.1f}"))
+        rows.append(("compile", f"{self.compile_seconds:.2f} s"))
         if self.speedup is not None:
             rows.append(("speedup vs autoregressive", f"{self.speedup:.2f}x"))
         width = max(len(name) for name, _ in rows)

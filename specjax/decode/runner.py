@@ -20,7 +20,6 @@ import numpy as np
 from specjax import sharding
 from specjax.cli import validate
 from specjax.decode import compile_cache, placement, submesh
-from specjax.decode.buckets import ShapeBuckets, parse_sizes
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
@@ -82,7 +81,7 @@ def build(cfg, mesh=None, draft_mesh=None):
             "saved with its tokenizer"
         )
     stop = ()
-    if cfg.stop_at_eos and tokenizer is not None and tokenizer.eos_id is not None:
+    if cfg.stop_at_eos and tokenizer.eos_id is not None:
         stop = (tokenizer.eos_id,)
     stop += tuple(int(t) for t in cfg.stop_tokens)
     vocab = target_module.config.vocab_size
@@ -156,14 +155,6 @@ def atomic_write(path: str | Path, text: str) -> None:
         raise
 
 
-def build_buckets(cfg) -> ShapeBuckets:
-    """The :class:`ShapeBuckets` of ``prompt_buckets`` and ``batch_buckets``."""
-    return ShapeBuckets(
-        parse_sizes(cfg.prompt_buckets, "prompt_buckets"),
-        parse_sizes(cfg.batch_buckets, "batch_buckets"),
-    )
-
-
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -204,7 +195,7 @@ def run(cfg, out=sys.stdout) -> dict:
     prints and writes files.
     """
     validate.check_decode(cfg)  # every key, before any model is loaded
-    buckets = build_buckets(cfg)
+    buckets = validate.shape_buckets(cfg)
     compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)
     main = placement.is_main_process()

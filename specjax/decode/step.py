@@ -17,6 +17,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState
 from specjax.drafters.base import Draft
 from specjax.models.pure import PureModel, prefill
+from specjax.sampling import split_keys
 from specjax.typing import Array, PRNGKey
 
 
@@ -56,7 +57,7 @@ def init_state(
         done=jnp.zeros((b,), bool),
         target_cache=prefill(target, prompts, prompt_lengths, capacity),
         draft_state=() if drafter is None else drafter.init(prompts, prompt_lengths, capacity),
-        keys=jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(b)),
+        keys=sampling.row_keys(key, b),
         steps=zeros,
         accepted=zeros,
         proposed=zeros,
@@ -89,11 +90,6 @@ def commit_tokens(
     lengths = jnp.minimum(state.lengths + count, limit)
     done = state.done | (active & (has_stop | (lengths >= limit)))
     return tokens, jnp.where(active, lengths, state.lengths), done
-
-
-def split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
-    split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
-    return tuple(split[:, i] for i in range(num))
 
 
 def _last_tokens(state: DecodeState) -> Array:  # [B, 1] the token the target has not seen

@@ -67,9 +67,14 @@ class SSDConfig:
         return self.fan_out if self.fan_out_miss is None else self.fan_out_miss
 
     @property
+    def max_fan_out(self) -> int:
+        """The largest F_k after a hit or a miss: candidates drafted per position."""
+        return max(max(self.fan_out), max(self.miss_fan_out))
+
+    @property
     def top(self) -> int:
         """How many top tokens Saguaro scales."""
-        return self.saguaro_top or max(max(self.fan_out), max(self.miss_fan_out))
+        return self.saguaro_top or self.max_fan_out
 
 
 @jax.tree_util.register_dataclass

@@ -109,7 +109,7 @@ class SSDDrafter:
                 jnp.zeros((b, 1), jnp.int32),
             ),
             source=zeros + FROM_JIT,
-            keys=jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(b)),
+            keys=sampling.row_keys(key, b),
             stats=SSDStats(*(zeros for _ in dataclasses.fields(SSDStats))),
         )
         last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)[:, 0]
@@ -120,7 +120,7 @@ class SSDDrafter:
         else the backup's. Only rows with ``~outcome.done`` change."""
         b, l_len = state.lengths.shape[0], self.draft_len
         active = ~outcome.done
-        keys, k_jit = _split(state.keys)
+        keys, k_jit = sampling.split_keys(state.keys, 2)
         tokens = _append(state, outcome)
 
         found, spec, laws = self.lookup(state.cache, outcome)
@@ -182,7 +182,7 @@ class SSDDrafter:
         ssd, l_len = self.ssd, self.draft_len
         b = state.lengths.shape[0]
         active = ~state.done
-        keys, k_tree = _split(state.keys)
+        keys, k_tree = sampling.split_keys(state.keys, 2)
         base = state.lengths - 1  # [B] committed draft-cache entries
         x = jnp.maximum(state.served.tokens[:, 0], 0)  # [B, L]
         last = jnp.take_along_axis(state.tokens, base[:, None], axis=1)  # [B, 1]
@@ -191,8 +191,7 @@ class SSDDrafter:
         drafted = jnp.concatenate([x, jnp.full((b, 1), -1, jnp.int32)], axis=1)  # [B, L + 1]
         vocab = jnp.arange(logits.shape[-1])[None, None, :]
         scores = jnp.where(vocab == drafted[..., None], -jnp.inf, logits.astype(jnp.float32))
-        f_max = max(max(ssd.fan_out), max(ssd.miss_fan_out))
-        _, top = jax.lax.top_k(scores, f_max)  # [B, L + 1, F_max]
+        _, top = jax.lax.top_k(scores, ssd.max_fan_out)  # [B, L + 1, F_max]
         k_hit, r_hit = branch_layout(ssd.fan_out)
         k_miss, r_miss = branch_layout(ssd.miss_fan_out)
         hit_layout = (state.source == FROM_CACHE)[:, None]  # [B, 1]
@@ -287,11 +286,6 @@ def decode_branches(
 
     _, fed, probs = jax.lax.fori_loop(0, draft_len, level, (kv, fed, probs))
     return fed[:, :, 1:], probs
-
-
-def _split(keys: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
-    pair = jax.vmap(jax.random.split)(keys)  # [B, 2]
-    return pair[:, 0], pair[:, 1]
 
 
 def _select(rows: Array, new, old):

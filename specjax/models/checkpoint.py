@@ -29,6 +29,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from specjax.errors import first_line
+from specjax.files import write_json
 from specjax.models.config import LlamaConfig, RopeScaling
 from specjax.models.safetensors_loader import param_shapes
 from specjax.models.tokenizer import TokenizerBase, load_tokenizer
@@ -96,10 +97,10 @@ def save(
     try:
         tmp.mkdir()
         _write_params(tmp / "params", params)
-        _write_json(tmp / "config.json", config_to_json(config))
+        write_json(tmp / "config.json", config_to_json(config))
         if tokenizer is not None:
             tokenizer.save(tmp / "tokenizer")
-        _write_json(tmp / MANIFEST, {"format": FORMAT, "version": VERSION})
+        write_json(tmp / MANIFEST, {"format": FORMAT, "version": VERSION})
         _commit(tmp, path, token)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -245,7 +246,3 @@ def _check_shapes(params, config: LlamaConfig, where: str) -> None:
                 f"{where}: {jax.tree_util.keystr(key)} has shape {list(np.shape(got_flat[key]))}, "
                 f"config expects {list(shape)}"
             )
-
-
-def _write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

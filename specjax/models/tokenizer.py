@@ -26,6 +26,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import AddedToken, decoders, pre_tokenizers, processors
 
+from specjax.files import write_json
+
 MANIFEST = "specjax_tokenizer.json"
 
 # GGUF token types (llama.cpp's llama_token_type).
@@ -154,7 +156,7 @@ class Tokenizer(TokenizerBase):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(directory / "tokenizer.json"))
-        _write_json(directory / MANIFEST, self._manifest("bpe"))
+        write_json(directory / MANIFEST, self._manifest("bpe"))
         return directory
 
     @classmethod
@@ -321,7 +323,7 @@ class ByteTokenizer(TokenizerBase):
         bos = None if self.bos_id is None else self.specials[self.bos_id - 256]
         eos = None if self.eos_id is None else self.specials[self.eos_id - 256]
         manifest = self._manifest("bytes", specials=self.specials, bos=bos, eos=eos)
-        _write_json(directory / MANIFEST, manifest)
+        write_json(directory / MANIFEST, manifest)
         return directory
 
 
@@ -432,7 +434,3 @@ def _read_json_if(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise ValueError(f"{path} is not valid JSON ({e})") from e
-
-
-def _write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

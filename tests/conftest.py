@@ -3,6 +3,28 @@
 import os
 import tempfile
 
+import pytest
+
 # One persistent compilation cache for this test session (never the user's own cache): CLI
 # subprocesses that compile the same programs load them from here.
 os.environ.setdefault("SPECJAX_COMPILATION_CACHE", tempfile.mkdtemp(prefix="specjax-xla-"))
+
+
+# Tiny models for the loader tests; their helpers are imported when a test asks, so a session
+# that needs no model does not import JAX here.
+@pytest.fixture(scope="module")
+def untied():
+    """A tiny config with separate embedding and output weights, and its random params."""
+    from tests.loader_fixtures import random_params, tiny_config
+
+    config = tiny_config()
+    return config, random_params(config)
+
+
+@pytest.fixture(scope="module")
+def tied():
+    """A tiny config whose output layer reuses the embedding, and its random params."""
+    from tests.loader_fixtures import random_params, tiny_config
+
+    config = tiny_config(tie_embeddings=True, name="tied")
+    return config, random_params(config, seed=1)

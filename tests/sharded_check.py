@@ -133,7 +133,8 @@ def main(which: str) -> None:
 
         from specjax.decode.placement import load_on_mesh
         from specjax.models import load_gguf, load_pretrained
-        from tests import test_loaders as tl
+        from specjax.models.safetensors_loader import params_to_hf
+        from tests import loader_fixtures as tl
 
         flat = lambda m: jax.tree.leaves(nnx.to_pure_dict(nnx.state(m)))
         path = "checkpoints/shakespeare/target"
@@ -145,7 +146,7 @@ def main(which: str) -> None:
         mesh42 = sharding.make_mesh("4,2")
         config = tl.cfgs.tiny(vocab_size=256, name="tiny-test")
         with tempfile.TemporaryDirectory() as tmp:
-            hf = tl.params_to_hf(tl.random_params(config), config)
+            hf = params_to_hf(tl.random_params(config), config)
             gguf_path = tl.write_gguf(f"{tmp}/tiny.gguf", config, hf, tokenizer=False)
             module, _ = load_on_mesh(gguf_path, None, mesh42)  # placed shard by shard
             _, params, _ = load_gguf(gguf_path)

@@ -9,9 +9,10 @@ Three ways to build one:
   for the special tokens and the chat template).
 - :class:`ByteTokenizer`: ids 0..255 are the UTF-8 bytes, optional special tokens after them.
 
-Chat templates: the ChatML family (``<|im_start|>role\\ncontent<|im_end|>``, which SmolLM2 uses)
-is rendered natively, so no template engine is needed; any other Jinja template is rendered with
-``jinja2`` when it is installed, and otherwise raises one clear error.
+Chat templates (:meth:`TokenizerBase.apply_chat_template`) are rendered by
+:mod:`specjax.models.chat_template`: the ChatML family (``<|im_start|>role\\ncontent<|im_end|>``,
+which SmolLM2 uses) natively, so no template engine is needed; any other Jinja template with
+``jinja2`` when it is installed, and otherwise one clear error.
 
 Both kinds save to a directory (:meth:`save`) and come back with :func:`load_tokenizer`.
 """
@@ -27,6 +28,17 @@ import tokenizers
 from tokenizers import AddedToken, decoders, pre_tokenizers, processors
 
 from specjax.files import write_json
+from specjax.models.chat_template import is_chatml, render_chat_template
+
+__all__ = [
+    "MANIFEST",
+    "ByteTokenizer",
+    "Tokenizer",
+    "TokenizerBase",
+    "is_chatml",
+    "load_tokenizer",
+    "render_chat_template",
+]
 
 MANIFEST = "specjax_tokenizer.json"
 
@@ -352,72 +364,6 @@ def load_tokenizer(directory: str | Path) -> TokenizerBase:
     raise ValueError(
         f"{manifest_path}: unknown tokenizer kind {kind!r} (expected 'bpe' or 'bytes')"
     )
-
-
-# ---------------------------------------------------------------------------- chat templates
-
-# A literal default system prompt inside the template (no Jinja expressions or quotes in it).
-_CHATML_SYSTEM = re.compile(
-    r"<\|im_start\|>system(?:\n|\\n)((?:[^'\"{}\\]|\\.)*?)<\|im_end\|>", re.S
-)
-
-
-def is_chatml(template: str) -> bool:
-    """Whether ``template`` is a plain ChatML template that :func:`render_chat_template` renders
-    natively (im_start / im_end markers, no tool calling)."""
-    return "<|im_start|>" in template and "<|im_end|>" in template and "tool" not in template
-
-
-def render_chat_template(
-    template: str | None, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
-) -> str:
-    """Renders ``messages`` with a chat template (ChatML natively, others with jinja2).
-
-    ChatML: every message becomes ``<|im_start|>{role}\\n{content}<|im_end|>\\n``; when the template
-    carries a default system prompt (SmolLM2's "You are a helpful AI assistant named SmolLM...")
-    it is prepended if the conversation does not start with a system message; the generation
-    prompt is ``<|im_start|>assistant\\n``.
-
-    Raises:
-      ValueError: no template, malformed messages, or a non-ChatML template without jinja2.
-    """
-    if not template:
-        raise ValueError(
-            "this tokenizer has no chat template; format the prompt yourself or load a model "
-            "whose tokenizer carries one"
-        )
-    for m in messages:
-        if not isinstance(m, Mapping) or not {"role", "content"} <= set(m):
-            raise ValueError(f"chat messages need 'role' and 'content' keys, got {m!r}")
-    if is_chatml(template):
-        return _render_chatml(template, messages, add_generation_prompt)
-    try:
-        import jinja2.sandbox  # optional dependency
-    except ImportError:
-        raise ValueError(
-            "this chat template is not ChatML, which is the only kind specjax renders natively; "
-            "`pip install jinja2` to render any Jinja chat template"
-        ) from None
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(
-        messages=list(messages), add_generation_prompt=add_generation_prompt
-    )
-
-
-def _render_chatml(template: str, messages, add_generation_prompt: bool) -> str:
-    parts = []
-    default = _CHATML_SYSTEM.search(template)
-    if default and (not messages or messages[0]["role"] != "system"):
-        if messages:  # SmolLM2 inserts it inside the message loop: not for an empty conversation
-            system = re.sub(
-                r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), default.group(1)
-            )
-            parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
-    for m in messages:
-        parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
-    if add_generation_prompt:
-        parts.append("<|im_start|>assistant\n")
-    return "".join(parts)
 
 
 # ---------------------------------------------------------------------------- helpers

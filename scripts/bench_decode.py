@@ -78,9 +78,9 @@ from specjax.decode import (
     step,
 )
 from specjax.decode.metrics import Metrics
-from specjax.decode.runner import load_model
 from specjax.decode.step import cut_at_stop, split_keys, verify_rows
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.models import load_model
 from specjax.models.fetch import FILENAME
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams

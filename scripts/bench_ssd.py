@@ -21,11 +21,11 @@ import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
 from absl import app, flags, logging
 
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.runner import load_model
 from specjax.decode.ssd import generate_ssd, ssd_rates
 from specjax.drafters.fanout import parse_fan_out
 from specjax.drafters.speculation import SSDConfig
 from specjax.drafters.ssd import SSDDrafter
+from specjax.models import load_model
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 

@@ -25,13 +25,13 @@ import jax
 from absl import app, flags, logging
 
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.runner import load_model
 from specjax.decode.ssd import generate_ssd, ssd_rates
 from specjax.decode.ssd_timing import Latencies, Rates, predict, roofline_call
 from specjax.drafters import ModelDrafter
 from specjax.drafters.fanout import geometric_fan_out
 from specjax.drafters.speculation import SSDConfig
 from specjax.drafters.ssd import SSDDrafter
+from specjax.models import load_model
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 

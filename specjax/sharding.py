@@ -167,3 +167,9 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
 def shard_shapes(x: Array) -> list[tuple[int, ...]]:
     """Shapes of the addressable shards of ``x`` (what each local device really holds)."""
     return [tuple(s.data.shape) for s in x.addressable_shards]
+
+
+def is_split(tree) -> bool:
+    """Whether any array of ``tree`` is split over devices (tensor-parallel weights), rather
+    than replicated or on one device."""
+    return any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(tree))

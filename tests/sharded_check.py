@@ -131,8 +131,7 @@ def main(which: str) -> None:
     if which in ("all", "loading"):
         import tempfile
 
-        from specjax.decode.placement import load_on_mesh
-        from specjax.models import load_gguf, load_pretrained
+        from specjax.models import load_gguf, load_on_mesh, load_pretrained
         from specjax.models.safetensors_loader import params_to_hf
         from tests import loader_fixtures as tl
 

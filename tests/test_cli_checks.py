@@ -14,12 +14,12 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
+from specjax.cli import decode as runner
 from specjax.cli import distill as distill_cli
 from specjax.cli import train as train_cli
 from specjax.cli import validate
 from specjax.cli.app import error_line, run_or_exit
 from specjax.config_files import load_config, loaded_config, parse_flags
-from specjax.decode import runner
 from specjax.models import checkpoint
 from specjax.testing import random_model
 

@@ -85,7 +85,7 @@ def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     mixed = False
     while not bool(jnp.all(state.done)):
         state = jax.jit(step, static_argnames="config")(target, drafter, state, cfg)
-        taus = set(np.asarray(state.last_accepted).tolist())
+        taus = set(np.asarray(state.stats.last_accepted).tolist())
         mixed |= {0, 3} <= taus
     assert mixed
     rows = [state.tokens[b, len(PROMPTS[b]) : state.lengths[b]].tolist() for b in range(3)]

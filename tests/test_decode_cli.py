@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specjax import config_files
-from specjax.decode import runner
+from specjax.cli import decode as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 

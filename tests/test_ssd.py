@@ -290,8 +290,8 @@ def test_draft_and_target_overlap():
 
 
 def test_cli_mode_ssd_matches_autoregressive_and_reports_ssd_metrics(tmp_path):
+    from specjax.cli import decode as runner
     from specjax.config_files import load_config
-    from specjax.decode import runner
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny_random.py")
     cfg.mode, cfg.temperature, cfg.verifier = "ssd", 0.0, "greedy"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 INTERRUPTED = "\ninterrupted: no output file was written\n"
 
@@ -33,3 +34,34 @@ def install_early(module: str) -> None:
     if started_as(module):
         signal.signal(signal.SIGINT, exit_now)
         signal.signal(signal.SIGTERM, exit_now)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during the run; unwinds so temporary files are removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_interrupted(signum, frame):
+    """The run's signal handler: raise :class:`Interrupted` in the main thread."""
+    del frame
+    raise Interrupted(signum)
+
+
+def resend_swallowed(hook) -> None:
+    """``sys.unraisablehook``: an :class:`Interrupted` raised inside a callback Python swallows
+    (a garbage-collection callback of JAX's, a ``__del__``) would be lost, so the signal is sent
+    again a moment later, when the main thread is back in ordinary code."""
+    if isinstance(hook.exc_value, Interrupted):
+        threading.Timer(0.05, os.kill, (os.getpid(), hook.exc_value.signum)).start()
+        return
+    sys.__unraisablehook__(hook)
+
+
+def handle_signals() -> None:
+    """From here on SIGINT and SIGTERM unwind the run (and are never swallowed)."""
+    sys.unraisablehook = resend_swallowed
+    signal.signal(signal.SIGINT, raise_interrupted)
+    signal.signal(signal.SIGTERM, raise_interrupted)

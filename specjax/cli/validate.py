@@ -137,7 +137,7 @@ def ssd_config(cfg):
 
 def _check_devices(cfg, placement: str) -> None:
     from specjax import sharding
-    from specjax.decode import placement as processes
+    from specjax.cli import processes
 
     if cfg.mesh_shape:
         sharding.parse_mesh_shape(cfg.mesh_shape)

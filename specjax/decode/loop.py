@@ -244,7 +244,7 @@ class _Run:
             self.put_scalar = jnp.asarray
         else:
             sharding.check_model(target.config, mesh)
-            self.draft_tp = _is_tensor_parallel(self.drafter)
+            self.draft_tp = self.drafter is not None and self.drafter.tensor_parallel
             place = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
             replicated = NamedSharding(mesh, PartitionSpec())
             self.put_scalar = lambda x: sharding.put(x, replicated)
@@ -364,11 +364,3 @@ class Stream:
                 break
         seconds = time.perf_counter() - start
         self.result = run.result(state, Timing(seconds, run.compile_seconds, first, first_tokens))
-
-
-def _is_tensor_parallel(drafter) -> bool:
-    """Whether a model drafter's weights are split over the mesh (else replicated)."""
-    model = getattr(drafter, "model", None)
-    if model is None:
-        return False
-    return any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(model.state))

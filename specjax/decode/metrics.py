@@ -116,7 +116,8 @@ class Metrics:
         """Reads the counters of a finished :class:`DecodeState` (one host transfer; pass it
         without caches); ``timing`` may be plain seconds."""
         timing = timing if isinstance(timing, Timing) else Timing(timing)
-        s = jax.device_get(state)
+        s = jax.device_get(state.stats)
+        generated = np.sum(jax.device_get(state.lengths - state.prompt_lengths))
         return cls.from_counts(
             np.sum(s.steps),
             np.sum(s.accepted),
@@ -125,7 +126,7 @@ class Metrics:
             np.sum(s.position_proposed, axis=0),
             np.sum(s.histogram, axis=0),
             np.max(s.steps),
-            np.sum(s.lengths - s.prompt_lengths),
+            generated,
             timing,
         )
 

@@ -1,4 +1,5 @@
-"""The decoding state: one frozen pytree carried through every step and the while loop."""
+"""The decoding state: one frozen pytree carried through every step and the while loop, and the
+step statistics it carries (:class:`StepStats`, updated by one function for every kind of step)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from specjax.models.cache import KVCache
 from specjax.typing import Array, PRNGKey
@@ -26,13 +28,7 @@ class DecodeState:
       target_cache: the target's :class:`KVCache` (``lengths - 1`` entries per row).
       draft_state: the drafter's state (a draft cache, or ``()``).
       keys: per-row PRNG keys ``[B]`` (rows never share randomness).
-      steps: int32 ``[B]`` target forwards while the row was active.
-      accepted: int32 ``[B]`` accepted draft tokens.
-      proposed: int32 ``[B]`` draft tokens proposed on the followed path.
-      histogram: int32 ``[B, L + 1]`` steps by accepted length tau.
-      position_accepted: int32 ``[B, L]`` steps whose draft position i was accepted.
-      position_proposed: int32 ``[B, L]`` steps whose draft position i was proposed.
-      last_accepted: int32 ``[B]`` tau of the latest step (-1 for inactive rows).
+      stats: the rows' :class:`StepStats`.
     """
 
     tokens: Array
@@ -42,13 +38,7 @@ class DecodeState:
     target_cache: KVCache
     draft_state: Any
     keys: PRNGKey
-    steps: Array
-    accepted: Array
-    proposed: Array
-    histogram: Array
-    position_accepted: Array
-    position_proposed: Array
-    last_accepted: Array
+    stats: StepStats
 
     @property
     def batch(self) -> int:
@@ -58,3 +48,62 @@ class DecodeState:
     def replace(self, **changes) -> DecodeState:
         """A copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+    """Per-row counters of a generation (what :class:`~specjax.decode.Metrics` reads).
+
+    Attributes:
+      steps: int32 ``[B]`` target forwards while the row was active.
+      accepted: int32 ``[B]`` accepted draft tokens.
+      proposed: int32 ``[B]`` draft tokens proposed on the followed path.
+      histogram: int32 ``[B, L + 1]`` steps by accepted length tau.
+      position_accepted: int32 ``[B, L]`` steps whose draft position i was accepted.
+      position_proposed: int32 ``[B, L]`` steps whose draft position i was proposed.
+      last_accepted: int32 ``[B]`` tau of the latest step (-1 for inactive rows).
+    """
+
+    steps: Array
+    accepted: Array
+    proposed: Array
+    histogram: Array
+    position_accepted: Array
+    position_proposed: Array
+    last_accepted: Array
+
+    @classmethod
+    def zeros(cls, batch: int, draft_len: int) -> StepStats:
+        """Counters of ``batch`` rows before any step (L = ``draft_len``; 0 autoregressive)."""
+        zeros = jnp.zeros((batch,), jnp.int32)
+        return cls(
+            steps=zeros,
+            accepted=zeros,
+            proposed=zeros,
+            histogram=jnp.zeros((batch, draft_len + 1), jnp.int32),
+            position_accepted=jnp.zeros((batch, draft_len), jnp.int32),
+            position_proposed=jnp.zeros((batch, draft_len), jnp.int32),
+            last_accepted=zeros - 1,
+        )
+
+    def record(self, active: Array, tau: Array, followed: Array) -> StepStats:
+        """The counters after one step (every kind of step calls this, and only this).
+
+        Args:
+          active: bool ``[B]`` rows the step advanced (the others keep their counters).
+          tau: int ``[B]`` accepted draft tokens (0 for an autoregressive step).
+          followed: int ``[B]`` draft tokens proposed on the followed path (0 likewise).
+        """
+        l_len = self.position_accepted.shape[1]
+        on = active[:, None]
+        pos = jnp.arange(l_len)[None, :]
+        return StepStats(
+            steps=self.steps + active,
+            accepted=self.accepted + jnp.where(active, tau, 0),
+            proposed=self.proposed + jnp.where(active, followed, 0),
+            histogram=self.histogram + (on & (jnp.arange(l_len + 1)[None] == tau[:, None])),
+            position_accepted=self.position_accepted + (on & (pos < tau[:, None])),
+            position_proposed=self.position_proposed + (on & (pos < followed[:, None])),
+            last_accepted=jnp.where(active, tau, -1),
+        )

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from specjax import sampling, tree, verify
 from specjax.decode.config import DecodeConfig
-from specjax.decode.state import DecodeState
+from specjax.decode.state import DecodeState, StepStats
 from specjax.drafters.base import Draft
 from specjax.models.pure import PureModel, prefill
 from specjax.sampling import split_keys
@@ -49,7 +49,6 @@ def init_state(
     draft_len = draft_len or 0
     tokens = jnp.zeros((b, buffer), jnp.int32).at[:, :t].set(prompts.astype(jnp.int32))
     prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
-    zeros = jnp.zeros((b,), jnp.int32)
     return DecodeState(
         tokens=tokens,
         lengths=prompt_lengths,
@@ -58,13 +57,7 @@ def init_state(
         target_cache=prefill(target, prompts, prompt_lengths, capacity),
         draft_state=() if drafter is None else drafter.init(prompts, prompt_lengths, capacity),
         keys=sampling.row_keys(key, b),
-        steps=zeros,
-        accepted=zeros,
-        proposed=zeros,
-        histogram=jnp.zeros((b, draft_len + 1), jnp.int32),
-        position_accepted=jnp.zeros((b, draft_len), jnp.int32),
-        position_proposed=jnp.zeros((b, draft_len), jnp.int32),
-        last_accepted=zeros - 1,
+        stats=StepStats.zeros(b, draft_len),
     )
 
 
@@ -108,15 +101,14 @@ def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeCon
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))
+    none = jnp.zeros_like(token)
     return state.replace(
         tokens=tokens,
         lengths=lengths,
         done=done,
         target_cache=cache,
         keys=keys,
-        steps=state.steps + active,
-        histogram=state.histogram.at[:, 0].add(active),
-        last_accepted=jnp.where(active, 0, -1),
+        stats=state.stats.record(active, none, none),
     )
 
 
@@ -146,6 +138,48 @@ def verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_prob
     return jax.vmap(one)(keys, draft.tokens, draft.probs, target_probs, num_draft)
 
 
+def tree_inputs(state: DecodeState, draft_tokens: Array) -> tuple[Array, Array, Array]:
+    """The target's input for one tree forward: the root (each row's last committed token, not
+    yet in the target cache) and K paths of L draft nodes.
+
+    Args:
+      state: the decoding state before the step.
+      draft_tokens: int ``[B, K, L]`` (-1 past a path's end; fed as token 0).
+
+    Returns:
+      ``feed [B, T]``, ``positions [B, T]`` and the attention ``mask [B, T, T]`` among the tree's
+      nodes, T = 1 + K·L.
+    """
+    b, k_paths, l_len = draft_tokens.shape
+    feed = jnp.concatenate(
+        [_last_tokens(state), jnp.maximum(draft_tokens, 0).reshape(b, k_paths * l_len)], axis=1
+    )  # [B, T]
+    positions = (state.lengths - 1)[:, None] + jnp.asarray(tree.tree_depths(k_paths, l_len))
+    t = positions.shape[1]
+    mask = jnp.broadcast_to(jnp.asarray(tree.tree_mask(k_paths, l_len)), (b, t, t))
+    return feed, positions, mask
+
+
+def verify_tree(config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array):
+    """Verifies a draft tree against the target's logits of :func:`tree_inputs`' feed.
+
+    Args:
+      config: the decoding config (verifier, sampling, stop tokens).
+      keys: per-row PRNG keys ``[B]``.
+      draft: the drafter's K paths of L tokens per row.
+      logits: ``[B, T, V]`` the target's logits at the tree's nodes.
+
+    Returns:
+      ``(result, num_draft)``: the verifier's result per row (``num_accepted [B]``, ``path [B]``,
+      ``next_token [B]``) and ``num_draft [B, K]`` cut at the first stop token.
+    """
+    k_paths, l_len = draft.tokens.shape[1:]
+    num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
+    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
+    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
+    return verify_rows(config, keys, draft, num_draft, target_probs), num_draft
+
+
 def speculative_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
@@ -166,19 +200,9 @@ def verify_and_commit(
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
     """
     b, k_paths, l_len = draft.tokens.shape
-    num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
-
-    # The tree: root (last committed token) + K paths of L nodes, one call.
-    feed = jnp.concatenate(
-        [_last_tokens(state), jnp.maximum(draft.tokens, 0).reshape(b, k_paths * l_len)], axis=1
-    )  # [B, T]
-    positions = (state.lengths - 1)[:, None] + jnp.asarray(tree.tree_depths(k_paths, l_len))
-    t = positions.shape[1]
-    mask = jnp.broadcast_to(jnp.asarray(tree.tree_mask(k_paths, l_len)), (b, t, t))
+    feed, positions, mask = tree_inputs(state, draft.tokens)  # [B, T], [B, T], [B, T, T]
     logits, cache = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
-    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
-    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
-    result = verify_rows(config, k_verify, draft, num_draft, target_probs)
+    result, num_draft = verify_tree(config, k_verify, draft, logits)
     tau, path = result.num_accepted, result.path  # [B], [B]
 
     # Commit the accepted prefix of the followed path and the next token.
@@ -197,21 +221,13 @@ def verify_and_commit(
     cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
 
     followed = jnp.take_along_axis(num_draft, path[:, None], axis=1)[:, 0]  # [B]
-    pos = jnp.arange(l_len)[None, :]
-    on = active[:, None]
     return (
         state.replace(
             tokens=tokens,
             lengths=lengths,
             done=done,
             target_cache=cache,
-            steps=state.steps + active,
-            accepted=state.accepted + jnp.where(active, tau, 0),
-            proposed=state.proposed + jnp.where(active, followed, 0),
-            histogram=state.histogram + (on & (jnp.arange(l_len + 1)[None] == tau[:, None])),
-            position_accepted=state.position_accepted + (on & (pos < tau[:, None])),
-            position_proposed=state.position_proposed + (on & (pos < followed[:, None])),
-            last_accepted=jnp.where(active, tau, -1),
+            stats=state.stats.record(active, tau, followed),
         ),
         path,
         tau,

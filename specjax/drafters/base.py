@@ -36,6 +36,7 @@ class Drafter(Protocol):
     vocab_size: int  # V; must equal the target's
     max_seq_len: int | None  # the longest sequence the drafter can hold (None: no limit)
     greedy_only: bool  # paths are fixed proposals: exact at temperature 0 only (specinfer)
+    tensor_parallel: bool  # weights split over a mesh's ``model`` axis (False: replicated/none)
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> Any:
         """The drafter state after the prompts ``[B, T]`` (right-padded, lengths ``[B]``)."""

@@ -13,7 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax import sampling, tree
+from specjax import sampling, sharding, tree
 from specjax.drafters.base import Draft
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel, prefill
@@ -60,6 +60,11 @@ class ModelDrafter:
         return self.model.config.max_seq_len
 
     greedy_only = False  # sampled paths: exact at any temperature
+
+    @property
+    def tensor_parallel(self) -> bool:
+        """Whether the draft's weights are split over a mesh (else replicated)."""
+        return sharding.is_split(self.model.state)
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> KVCache:
         """The draft cache of every prompt but its last token."""

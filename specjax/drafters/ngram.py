@@ -55,6 +55,7 @@ class NgramDrafter:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.draft_len}")
 
     max_seq_len = None  # no model, no limit of its own
+    tensor_parallel = False  # no weights
 
     @property
     def greedy_only(self) -> bool:

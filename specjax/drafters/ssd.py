@@ -65,6 +65,7 @@ class SSDDrafter:
     num_paths = 1
     replacement = True
     greedy_only = False
+    tensor_parallel = False  # the SSD draft runs on its own device(s), replicated
 
     @property
     def draft_len(self) -> int:

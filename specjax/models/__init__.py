@@ -7,7 +7,9 @@ from specjax.models.fetch import fetch_smollm2
 from specjax.models.gguf_loader import load_gguf
 from specjax.models.llama import Llama
 from specjax.models.pretrained import Pretrained, build_model, load_pretrained
+from specjax.models.pure import PureModel, truncated
 from specjax.models.safetensors_loader import load_safetensors
+from specjax.models.sources import load_model, load_on_mesh
 from specjax.models.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
@@ -16,13 +18,17 @@ __all__ = [
     "Llama",
     "LlamaConfig",
     "Pretrained",
+    "PureModel",
     "RopeScaling",
     "Tokenizer",
     "build_model",
     "fetch_smollm2",
     "load_gguf",
+    "load_model",
+    "load_on_mesh",
     "load_pretrained",
     "load_safetensors",
     "load_tokenizer",
     "preset",
+    "truncated",
 ]

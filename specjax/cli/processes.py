@@ -1,29 +1,18 @@
-"""Where models live: multi-process start-up and loading weights straight onto a device mesh.
+"""Process set-up for a run: JAX's multi-controller runtime and who prints.
 
-* :func:`initialize` starts JAX's multi-controller runtime (``jax.distributed``) from config
-  values or, with ``coordinator_address="auto"``, from the cluster environment (SLURM, TPU pods,
-  ...); on CPU it selects the gloo collectives. Every process then sees the global device list
-  and builds the same global mesh.
-* :func:`load_on_mesh` puts a checkpoint's parameters on a mesh without a full copy on any one
-  device: orbax restores each array directly into its target sharding; GGUF and safetensors
-  weights (read on the host) are placed shard by shard.
+:func:`initialize` starts ``jax.distributed`` from config values or, with
+``coordinator_address="auto"``, from the cluster environment (SLURM, TPU pods, ...); on CPU it
+selects the gloo collectives. Every process then sees the global device list and builds the same
+global mesh; only process 0 prints and writes files (:func:`is_main_process`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
-from pathlib import Path
 
 import jax
-import numpy as np
-from flax import nnx
-
-from specjax import sharding
-from specjax.models import Llama, checkpoint, load_gguf, load_safetensors
-from specjax.models.pretrained import build_model, detect_format, load_pretrained
 
 
 def initialize(
@@ -111,33 +100,3 @@ def _give_up(message: str) -> None:
 def is_main_process() -> bool:
     """Only process 0 prints and writes files."""
     return jax.process_index() == 0
-
-
-def _abstract(config) -> Llama:
-    return nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
-
-
-def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False):
-    """``(Llama, tokenizer)`` with every parameter on ``mesh`` (tensor-parallel by the logical
-    axis rules, or replicated).
-
-    Raises:
-      ValueError: the model cannot be split over the mesh's ``model`` axis (names both numbers).
-    """
-    kind = detect_format(path)
-    if kind == "checkpoint":
-        meta = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-        config = checkpoint.config_from_json(meta)
-        if not replicated:
-            sharding.check_model(config, mesh)
-        shardings = sharding.param_shardings(_abstract(config), mesh, replicated)
-        pre = load_pretrained(path, dtype, sharding=shardings)
-        return pre.model, pre.tokenizer
-    loader = load_gguf if kind == "gguf" else load_safetensors
-    config, params, tokenizer = loader(path, dtype)
-    if not replicated:
-        sharding.check_model(config, mesh)
-    shardings = nnx.to_pure_dict(sharding.param_shardings(_abstract(config), mesh, replicated))
-    cast = lambda x: np.asarray(x, config.weight_dtype)  # on the host, before placing
-    placed = jax.tree.map(lambda x, s: sharding.put(cast(x), s), params, shardings)
-    return build_model(config, placed), tokenizer

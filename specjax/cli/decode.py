@@ -1,9 +1,10 @@
 """From a config record to text and metrics: what ``python -m specjax.decode`` runs.
 
-Builds the target, the drafter and the :class:`DecodeConfig` from an ``ml_collections`` config
-(see ``configs/shakespeare.py`` for every key), decodes the prompts in batches, prints the text
-and a metrics table, and writes ``metrics_json`` / ``output`` atomically (a temporary file renamed
-into place only after the whole run, so Ctrl-C never leaves a half-written file).
+Builds the target, the drafter and the :class:`~specjax.decode.DecodeConfig` from an
+``ml_collections`` config (see ``configs/shakespeare.py`` for every key), decodes the prompts in
+batches, prints the text and a metrics table, and writes ``metrics_json`` / ``output`` atomically
+(a temporary file renamed into place only after the whole run, so Ctrl-C never leaves a
+half-written file). :func:`main` is the whole command: signals, checks, process set-up, run.
 """
 
 from __future__ import annotations
@@ -11,48 +12,52 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from specjax import sharding
-from specjax.cli import validate
-from specjax.decode import compile_cache, placement, submesh
+from specjax.cli import interrupts, processes, validate
+from specjax.cli.app import ERRORS, error_line
+from specjax.decode import compile_cache, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
 from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates, ssd_table
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.ssd import SSDDrafter
-from specjax.models import ByteTokenizer, fetch_smollm2, load_pretrained
+from specjax.files import atomic_write
 from specjax.models.pure import PureModel, truncated
+from specjax.models.sources import load_model
 from specjax.sampling import SamplingParams
-from specjax.testing import random_model
 
 
-def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
-    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``; with a mesh,
-    the parameters are placed on it (tensor-parallel, or replicated)."""
-    if path.startswith("random:"):
-        module = random_model(int(path.split(":", 1)[1]))
-        if mesh is not None:
-            if not replicated:
-                sharding.check_model(module.config, mesh)
-            sharding.shard_module(module, mesh, replicated)
-        return module, ByteTokenizer()
-    if path == "smollm2":
-        path = str(fetch_smollm2())
-    if not Path(path).exists():
-        raise FileNotFoundError(
-            f"checkpoint {path!r} not found; give a specjax checkpoint directory, a .gguf file, "
-            "a Hugging Face directory, 'smollm2' or 'random:<seed>'"
+def main(cfg) -> None:
+    """Runs the decode command on a loaded config; errors end the process with one line."""
+    interrupts.handle_signals()
+    try:
+        validate.check_decode(cfg)  # before waiting for peer processes
+        processes.initialize(
+            cfg.coordinator_address,
+            cfg.num_processes,
+            cfg.process_id,
+            cfg.num_cpu_devices,
+            cfg.init_timeout,
         )
-    if mesh is not None:
-        return placement.load_on_mesh(path, dtype or None, mesh, replicated)
-    pre = load_pretrained(path, dtype or None)
-    return pre.model, pre.tokenizer
+        run_checked(cfg)
+    except KeyboardInterrupt as err:
+        # Leave without interpreter teardown: tearing JAX down while its runtime threads are
+        # still busy can crash (a segfault after the message), and nothing is left to save.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.stdout.flush()
+        sys.stderr.write(interrupts.INTERRUPTED)
+        sys.stderr.flush()
+        os._exit(128 + getattr(err, "signum", signal.SIGINT))
+    except ERRORS as err:
+        sys.exit(error_line(err))
 
 
 def build_mesh(cfg):
@@ -140,27 +145,6 @@ def read_prompts(cfg, tokenizer) -> tuple[list[str], list[list[int]]]:
     return texts, ids
 
 
-def atomic_write(path: str | Path, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temporary file renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _stream(target, batch, config, drafter, seed, tokenizer, out, buckets) -> Generation:
     """Streams row 0's text to ``out`` as it is accepted."""
     stream = Stream(target, batch, config, drafter, seed, buckets)
@@ -191,14 +175,19 @@ def run(cfg, out=sys.stdout) -> dict:
     """Decodes the config's prompts; prints text and metrics; returns the metrics record.
 
     With ``mesh_shape`` the models are placed on a device mesh; in a multi-process run (see
-    :func:`specjax.decode.placement.initialize`) every process runs this, and only process 0
+    :func:`specjax.cli.processes.initialize`) every process runs this, and only process 0
     prints and writes files.
     """
     validate.check_decode(cfg)  # every key, before any model is loaded
+    return run_checked(cfg, out)
+
+
+def run_checked(cfg, out=sys.stdout) -> dict:
+    """:func:`run` for a config :func:`~specjax.cli.validate.check_decode` has passed."""
     buckets = validate.shape_buckets(cfg)
     compile_cache.configure(cfg.compilation_cache)
     mesh, draft_mesh = build_mesh(cfg)
-    main = placement.is_main_process()
+    main = processes.is_main_process()
     out = out if main else _Silent()
     target, tokenizer, drafter, config = build(cfg, mesh, draft_mesh)
     if cfg.mode == "ssd":

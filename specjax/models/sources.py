@@ -1,0 +1,81 @@
+"""Loading a model by its source name, optionally straight onto a device mesh.
+
+A source is a checkpoint directory (specjax / orbax), a ``.gguf`` file, a Hugging Face directory
+(``config.json`` + safetensors), ``smollm2`` (the registry package's GGUF) or ``random:<seed>`` (a
+tiny random byte-level model). :func:`load_on_mesh` puts the parameters on a mesh without a full
+copy on any one device: orbax restores each array directly into its sharding; GGUF and
+safetensors weights (read on the host) are placed shard by shard.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+from specjax import sharding
+from specjax.models import checkpoint
+from specjax.models.fetch import fetch_smollm2
+from specjax.models.gguf_loader import load_gguf
+from specjax.models.llama import Llama
+from specjax.models.pretrained import build_model, detect_format, load_pretrained
+from specjax.models.safetensors_loader import load_safetensors
+from specjax.models.tokenizer import ByteTokenizer
+
+
+def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
+    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``; with a mesh,
+    the parameters are placed on it (tensor-parallel, or replicated)."""
+    if path.startswith("random:"):
+        from specjax.testing import random_model  # (imports specjax.models)
+
+        module = random_model(int(path.split(":", 1)[1]))
+        if mesh is not None:
+            if not replicated:
+                sharding.check_model(module.config, mesh)
+            sharding.shard_module(module, mesh, replicated)
+        return module, ByteTokenizer()
+    if path == "smollm2":
+        path = str(fetch_smollm2())
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"checkpoint {path!r} not found; give a specjax checkpoint directory, a .gguf file, "
+            "a Hugging Face directory, 'smollm2' or 'random:<seed>'"
+        )
+    if mesh is not None:
+        return load_on_mesh(path, dtype or None, mesh, replicated)
+    pre = load_pretrained(path, dtype or None)
+    return pre.model, pre.tokenizer
+
+
+def _abstract(config) -> Llama:
+    return nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+
+
+def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False):
+    """``(Llama, tokenizer)`` with every parameter on ``mesh`` (tensor-parallel by the logical
+    axis rules, or replicated).
+
+    Raises:
+      ValueError: the model cannot be split over the mesh's ``model`` axis (names both numbers).
+    """
+    kind = detect_format(path)
+    if kind == "checkpoint":
+        meta = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        config = checkpoint.config_from_json(meta)
+        if not replicated:
+            sharding.check_model(config, mesh)
+        shardings = sharding.param_shardings(_abstract(config), mesh, replicated)
+        pre = load_pretrained(path, dtype, sharding=shardings)
+        return pre.model, pre.tokenizer
+    loader = load_gguf if kind == "gguf" else load_safetensors
+    config, params, tokenizer = loader(path, dtype)
+    if not replicated:
+        sharding.check_model(config, mesh)
+    shardings = nnx.to_pure_dict(sharding.param_shardings(_abstract(config), mesh, replicated))
+    cast = lambda x: np.asarray(x, config.weight_dtype)  # on the host, before placing
+    placed = jax.tree.map(lambda x, s: sharding.put(cast(x), s), params, shardings)
+    return build_model(config, placed), tokenizer

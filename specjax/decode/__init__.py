@@ -7,7 +7,8 @@ accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
 Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
 ``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
 (the compiled programs, for HLO inspection), ``state_shardings`` / ``constrain_state`` (the
-decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half),
+decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half), ``tree_inputs`` /
+``verify_tree`` (the target's tree forward and its verification), ``StepStats`` (the counters),
 ``generate_ssd`` / ``verify_round`` (speculative speculative decoding and its target half).
 """
 
@@ -35,14 +36,16 @@ from specjax.decode.loop import (
 )
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.ssd import generate_ssd, verify_round
-from specjax.decode.state import DecodeState
+from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
     autoregressive_step,
     init_state,
     speculative_step,
     split_keys,
     step,
+    tree_inputs,
     verify_and_commit,
+    verify_tree,
 )
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "Metrics",
     "PreparedBatch",
     "ShapeBuckets",
+    "StepStats",
     "Stream",
     "Timing",
     "autoregressive_step",
@@ -72,6 +76,8 @@ __all__ = [
     "split_keys",
     "state_shardings",
     "step",
+    "tree_inputs",
     "verify_and_commit",
+    "verify_tree",
     "verify_round",
 ]

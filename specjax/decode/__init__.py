@@ -7,9 +7,10 @@ accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
 Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
 ``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
 (the compiled programs, for HLO inspection), ``state_shardings`` / ``constrain_state`` (the
-decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half), ``tree_inputs`` /
-``verify_tree`` (the target's tree forward and its verification), ``StepStats`` (the counters),
-``generate_ssd`` / ``verify_round`` (speculative speculative decoding and its target half).
+decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half),
+``tree_inputs`` / ``verify_tree`` (the target's tree forward and its verification),
+``StepStats`` (the counters), ``generate_ssd`` / ``verify_round`` (speculative speculative
+decoding and its target half).
 """
 
 # ruff: noqa: E402 (the early handlers go in before the imports below load JAX)
@@ -78,6 +79,6 @@ __all__ = [
     "step",
     "tree_inputs",
     "verify_and_commit",
-    "verify_tree",
     "verify_round",
+    "verify_tree",
 ]

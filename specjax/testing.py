@@ -1,15 +1,51 @@
-"""Tiny models for tests, demos and ``configs/tiny_random.py`` (``target = "random:<seed>"``)."""
+"""Tiny models for tests, demos and ``configs/tiny_random.py`` (``target = "random:<seed>"``):
+the one place that builds them (random byte-level models, and target/draft pairs that agree)."""
 
 from __future__ import annotations
 
+import jax
 from flax import nnx
 
-from specjax.models import Llama, config
+from specjax.models import Llama, LlamaConfig, config
+from specjax.models.pure import PureModel
 
 
 def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
     """A tiny random byte-level Llama, seeded by ``seed``: the ``tiny`` preset widened to
     V = 256, D = 64, 8 query over 4 KV heads, F = 128 and S = 1024."""
-    shape = dict(vocab_size=256, dim=64, num_heads=8, num_kv_heads=4, ffn_dim=128)
-    fields = dict(**shape, num_layers=num_layers, max_seq_len=1024, name=f"random-{seed}")
-    return Llama(config.tiny(**{**fields, **overrides}), rngs=nnx.Rngs(seed))
+    shape = dict(dim=64, num_heads=8, num_kv_heads=4, ffn_dim=128, max_seq_len=1024)
+    fields = dict(**shape, num_layers=num_layers, name=f"random-{seed}")
+    return Llama(tiny_config(256, **{**fields, **overrides}), rngs=nnx.Rngs(seed))
+
+
+def tiny_config(vocab: int = 48, **kw) -> LlamaConfig:
+    """The ``tiny`` preset with vocabulary ``vocab`` and room for 256 positions."""
+    return config.tiny(**{"vocab_size": vocab, "max_seq_len": 256, "name": "tiny-target", **kw})
+
+
+def sharpened(model: Llama, scale: float) -> Llama:
+    """Scales the output head so next-token laws are peaked and context dependent."""
+    if model.config.tie_embeddings:
+        model.embed[...] = model.embed[...] * scale
+    else:
+        model.lm_head[...] = model.lm_head[...] * scale
+    return model
+
+
+def perturbed(model: Llama, sigma: float, seed: int) -> Llama:
+    """A copy of ``model`` with Gaussian noise on every weight: a draft that mostly agrees."""
+    graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    noisy = [
+        x + sigma * jax.random.normal(k, x.shape, x.dtype)
+        for x, k in zip(leaves, keys, strict=True)
+    ]
+    return nnx.merge(graphdef, jax.tree.unflatten(treedef, noisy))
+
+
+def pair(vocab: int = 48, sigma: float = 0.15, scale: float = 4.0, seed: int = 0, **config):
+    """``(target, draft)`` PureModels: a sharpened random target and a noisy copy of it."""
+    target = sharpened(Llama(tiny_config(vocab, **config), rngs=nnx.Rngs(seed)), scale)
+    draft = perturbed(target, sigma, seed + 100)
+    return PureModel.of(target), PureModel.of(draft)

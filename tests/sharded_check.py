@@ -21,7 +21,7 @@ from specjax.decode import (
 from specjax.drafters import ModelDrafter
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
-from tests.decode_pairs import pair
+from specjax.testing import pair
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12], [4, 4, 4, 4]]
 GREEDY = SamplingParams(0.0)

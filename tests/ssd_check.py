@@ -20,7 +20,7 @@ from specjax.decode import DecodeConfig
 from specjax.decode.ssd import generate_ssd
 from specjax.decode.ssd_timing import Latencies, ssd_round
 from specjax.drafters.ssd import SSDConfig, SSDDrafter
-from tests.decode_pairs import pair
+from specjax.testing import pair
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
 

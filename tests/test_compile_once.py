@@ -17,7 +17,7 @@ from specjax.decode import EXACT, PROGRAMS, DecodeConfig, ShapeBuckets, compile_
 from specjax.decode.buckets import parse_sizes, round_up
 from specjax.drafters import ModelDrafter
 from specjax.sampling import SamplingParams
-from tests.decode_pairs import pair
+from specjax.testing import pair
 
 ROOT = Path(__file__).resolve().parents[1]
 GREEDY = SamplingParams(0.0)

@@ -16,7 +16,7 @@ from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
-from tests.decode_pairs import pair, tiny_config
+from specjax.testing import pair, tiny_config
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]

@@ -20,7 +20,7 @@ from specjax.decode import DecodeConfig, generate
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel
-from tests.decode_pairs import sharpened, tiny_config
+from specjax.testing import sharpened, tiny_config
 
 V = 4
 NEW = 3

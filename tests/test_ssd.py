@@ -25,8 +25,8 @@ from specjax.drafters.fanout import branch_layout, geometric_fan_out, parse_fan_
 from specjax.drafters.ssd import SSDConfig, SSDDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel
+from specjax.testing import pair, sharpened, tiny_config
 from tests import test_decode_lossless as lossless
-from tests.decode_pairs import pair, sharpened, tiny_config
 
 GREEDY = sampling.SamplingParams(0.0)
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]

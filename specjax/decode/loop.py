@@ -14,7 +14,8 @@ import collections
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,8 @@ from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, step
 from specjax.models.cache import KVCache
-from specjax.models.pure import PureModel
+from specjax.models.llama import Llama
+from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
@@ -134,27 +136,42 @@ def signature(args) -> tuple:
     return treedef, avals
 
 
+class ProgramCache:
+    """Compiled programs kept by key; the least recently used beyond ``capacity`` are dropped
+    (XLA:CPU runs out of code memory after many dozens of programs)."""
+
+    def __init__(self, capacity: int):
+        self._kept: collections.OrderedDict = collections.OrderedDict()
+        self.capacity = capacity
+
+    def get(self, key, build: Callable[[], Any]) -> tuple[Any, bool]:
+        """``(program, built)``: the program kept under ``key``, else ``build()``'s."""
+        built = key not in self._kept
+        if built:
+            self._kept[key] = build()
+            while len(self._kept) > self.capacity:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        return self._kept[key], built
+
+    def clear(self) -> None:
+        """Drops every kept program."""
+        self._kept.clear()
+
+
 class _Programs:
-    """Compiled (prefill, decode) pairs kept per argument signature and static settings; the
-    least recently used pairs beyond ``capacity`` are dropped (XLA:CPU runs out of code memory
-    after many dozens of programs)."""
+    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
 
     def __init__(self, capacity: int = 24):
-        self._cache: collections.OrderedDict = collections.OrderedDict()
-        self.capacity = capacity
+        self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The (prefill, decode) executables for prefill arguments ``args``."""
         key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-        else:
-            self._cache[key] = self._compile(args, sizes, config, mesh, draft_tp)
-            self.compiled += 2
-            while len(self._cache) > self.capacity:
-                self._cache.popitem(last=False)
-        return self._cache[key]
+        pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
+        self.compiled += 2 * built
+        return pair
 
     @staticmethod
     def _compile(args, sizes, config, mesh, draft_tp):
@@ -188,7 +205,7 @@ class _Programs:
 
     def clear(self) -> None:
         """Drops every kept program."""
-        self._cache.clear()
+        self.kept.clear()
 
 
 PROGRAMS = _Programs()
@@ -196,7 +213,7 @@ PROGRAMS = _Programs()
 
 
 def compile_generation(
-    target: PureModel,
+    target: PureModel | Llama,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     drafter=None,
@@ -227,6 +244,7 @@ class _Run:
     """One generation's inputs placed on devices, and its two compiled programs."""
 
     def __init__(self, target, drafter, prompts, config, seed, mesh, buckets):
+        target = as_pure(target)
         self.drafter = drafter if config.speculative else None
         self.target, self.config, self.mesh = target, config, mesh
         before, start = PROGRAMS.compiled, time.perf_counter()
@@ -279,7 +297,7 @@ class _Run:
 
 
 def generate(
-    target: PureModel,
+    target: PureModel | Llama,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     drafter=None,
@@ -291,7 +309,8 @@ def generate(
     ``lax.while_loop``), compiled once per shape bucket.
 
     Args:
-      target: the target model (:class:`PureModel`).
+      target: the target model (a :class:`~specjax.models.Llama` as loaded, or its
+        :class:`PureModel`).
       prompts: token ids per row (any lengths >= 1).
       config: the :class:`DecodeConfig` (``verifier="autoregressive"`` for the baseline).
       drafter: a drafter (:class:`~specjax.drafters.ModelDrafter`,
@@ -333,7 +352,7 @@ class Stream:
 
     def __init__(
         self,
-        target: PureModel,
+        target: PureModel | Llama,
         prompts: Sequence[Sequence[int]],
         config: DecodeConfig,
         drafter=None,

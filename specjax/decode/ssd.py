@@ -28,13 +28,13 @@ import numpy as np
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import check_seed, prepare
-from specjax.decode.loop import Generation, outputs, signature
+from specjax.decode.loop import Generation, ProgramCache, outputs, signature
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.speculation import FROM_CACHE, Outcome, SSDStats
 from specjax.drafters.ssd import SSDDrafter
-from specjax.models.pure import PureModel
+from specjax.models.pure import PureModel, as_pure
 
 
 def verify_round(
@@ -98,7 +98,7 @@ def fused_program(
     return state, dstate.stats
 
 
-_COMPILED: collections.OrderedDict = collections.OrderedDict()  # kept executables, LRU
+_COMPILED = ProgramCache(32)
 
 
 def compiled(fn, *args, static: dict | None = None, donate: tuple[int, ...] = ()):
@@ -106,15 +106,10 @@ def compiled(fn, *args, static: dict | None = None, donate: tuple[int, ...] = ()
     per signature, so a seen shape costs nothing. Returns ``(executable, seconds compiling)``."""
     static = static or {}
     key = (fn, signature(args), tuple(sorted(static.items())), donate)
-    if key in _COMPILED:
-        _COMPILED.move_to_end(key)
-        return _COMPILED[key], 0.0
     start = time.perf_counter()
-    jitted = jax.jit(functools.partial(fn, **static), donate_argnums=donate)
-    _COMPILED[key] = jitted.lower(*args).compile()
-    while len(_COMPILED) > 32:
-        _COMPILED.popitem(last=False)
-    return _COMPILED[key], time.perf_counter() - start
+    jitted = lambda: jax.jit(functools.partial(fn, **static), donate_argnums=donate)
+    program, built = _COMPILED.get(key, lambda: jitted().lower(*args).compile())
+    return program, (time.perf_counter() - start if built else 0.0)
 
 
 def serve(drafter, dstate, outcome):
@@ -224,6 +219,7 @@ def generate_ssd(
             f"SSD serves one chain per row: use verifier greedy, token or block, not "
             f"{config.verifier!r}"
         )
+    target = as_pure(target)
     batch = prepare(target, drafter, prompts, config, buckets)
     check_seed(seed)
     start = time.perf_counter()

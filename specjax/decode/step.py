@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling, tree, verify
+from specjax.buffers import append_rows
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
 from specjax.drafters.base import Draft
@@ -71,11 +72,9 @@ def commit_tokens(
       ``(tokens [B, S], lengths [B], done [B])``.
     """
     active = ~state.done
-    b, m = new.shape
-    j = jnp.arange(m)[None, :]
-    write = (j < count[:, None]) & active[:, None]  # [B, M]
-    slots = jnp.where(write, state.lengths[:, None] + j, state.tokens.shape[1])
-    tokens = state.tokens.at[jnp.arange(b)[:, None], slots].set(new, mode="drop")
+    count = jnp.where(active, count, 0)
+    tokens = append_rows(state.tokens, state.lengths, new, count)
+    write = jnp.arange(new.shape[1])[None, :] < count[:, None]  # [B, M]
     is_stop = jnp.isin(new, jnp.asarray(config.stop_tokens, jnp.int32)) & write
     has_stop = jnp.any(is_stop, axis=1)
     count = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from specjax import sampling, sharding, tree
 from specjax.drafters.base import Draft
 from specjax.models.cache import KVCache
-from specjax.models.pure import PureModel, prefill
+from specjax.models.llama import Llama
+from specjax.models.pure import PureModel, as_pure, prefill
 from specjax.typing import Array, PRNGKey
 
 
@@ -26,7 +27,8 @@ class ModelDrafter:
     """Drafts with a small Llama sharing the target's tokenizer.
 
     Attributes:
-      model: the draft model (:class:`PureModel`; its weights are pytree leaves).
+      model: the draft model (:class:`PureModel`, or a :class:`Llama` as loaded, split on
+        construction; its weights are pytree leaves).
       sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
       num_paths: K.
       draft_len: L.
@@ -41,6 +43,8 @@ class ModelDrafter:
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
+        if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
+            object.__setattr__(self, "model", as_pure(self.model))
         if self.num_paths < 1 or self.draft_len < 1:
             raise ValueError(
                 f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "

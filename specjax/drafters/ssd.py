@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling, tree
+from specjax.buffers import append_rows
 from specjax.drafters.base import Draft
 from specjax.drafters.fanout import branch_layout
 from specjax.drafters.ngram import NgramDrafter
@@ -45,7 +46,8 @@ from specjax.drafters.speculation import (
     SSDStats,
 )
 from specjax.models.cache import KVCache
-from specjax.models.pure import PureModel, prefill
+from specjax.models.llama import Llama
+from specjax.models.pure import PureModel, as_pure, prefill
 from specjax.typing import Array, PRNGKey
 
 
@@ -61,6 +63,10 @@ class SSDDrafter:
     model: PureModel
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     ssd: SSDConfig = dataclasses.field(metadata=dict(static=True))
+
+    def __post_init__(self):
+        if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
+            object.__setattr__(self, "model", as_pure(self.model))
 
     num_paths = 1
     replacement = True
@@ -303,8 +309,7 @@ def _append(state: SSDDraftState, outcome: Outcome) -> Array:
     j = jnp.arange(l_len + 1)[None, :]
     new = jnp.where(j == tau[:, None], outcome.next_token[:, None], new)  # [B, L + 1]
     count = jnp.where(outcome.done, 0, outcome.lengths - state.lengths)  # [B]
-    slots = jnp.where(j < count[:, None], state.lengths[:, None] + j, state.tokens.shape[1])
-    return state.tokens.at[jnp.arange(b)[:, None], slots].set(new, mode="drop")
+    return append_rows(state.tokens, state.lengths, new, count)
 
 
 def _count(state: SSDDraftState, outcome: Outcome, found: Array) -> SSDStats:

@@ -49,6 +49,12 @@ class PureModel:
         return self.module(*args, **kwargs)
 
 
+def as_pure(model: PureModel | Llama) -> PureModel:
+    """``model`` as a :class:`PureModel` (a :class:`Llama` as loaded is split, nothing copied),
+    so every public entry point takes either."""
+    return model if isinstance(model, PureModel) else PureModel.of(model)
+
+
 def truncated(module: Llama, num_layers: int) -> Llama:
     """A layer-truncated self-draft: the first ``num_layers`` blocks of ``module`` with its
     embedding, final norm and head (weights shared, nothing copied).

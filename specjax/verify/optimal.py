@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.typing import Array
+from specjax.verify.common import compute_dtype
 
 _T0 = 1e-4
 """Smallest quadrature time (clock rates are normalised to total 1); below it the integrand of
@@ -35,13 +36,6 @@ _LOG2 = math.log(2.0)
 
 _CHUNK_ELEMENTS = 1 << 22
 """Upper bound on the elements of one [B, V, grid chunk, n] polynomial array (memory bound)."""
-
-
-def _compute_dtype(*arrays: Array) -> jnp.dtype:
-    dtype = jnp.result_type(*arrays)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.float32
-    return jnp.promote_types(dtype, jnp.float32)
 
 
 def _log_max_time(dtype: jnp.dtype) -> float:
@@ -280,7 +274,7 @@ def optimal_acceptance(
             f"optimal_acceptance: {n} drafts without replacement need at least {n} tokens of "
             f"positive draft probability, but the vocabulary has only V = {vocab}."
         )
-    dtype = _compute_dtype(target_probs, draft_probs)
+    dtype = compute_dtype(target_probs, draft_probs)
     if num_points is None:
         num_points = default_num_points(dtype)
     if num_points < 2:

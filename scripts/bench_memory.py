@@ -162,17 +162,11 @@ def _size(n: int) -> str:
 
 
 def render(reports: list[dict], title: str) -> str:
+    import benchlib
+
     kinds = [k for k in reports[0] if k not in ("mesh", "probs shape")]
-    lines = [
-        f"### {title}",
-        "",
-        "| mesh (data, model) | " + " | ".join(kinds) + " |",
-        "|---|" + "---|" * len(kinds),
-    ]
-    for r in reports:
-        cells = [_size(r[k]) for k in kinds]
-        lines.append(f"| {r['mesh']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [[r["mesh"], *(_size(r[k]) for k in kinds)] for r in reports]
+    return f"### {title}\n\n" + benchlib.table(["mesh (data, model)", *kinds], body)
 
 
 def main(argv):
@@ -204,7 +198,7 @@ def main(argv):
         f"verifier {_VERIFIER.value}; per-device bytes"
     )
     head = (
-        f"Command: `python scripts/bench_memory.py {' '.join(sys.argv[1:])}`  \n"
+        f"Command: `{benchlib.command()}`  \n"
         f"Machine: {benchlib.machine()}, "
         f"{len(jax.devices())} emulated devices; {datetime.date.today()}; nothing allocated "
         "(eval_shape + compile only).  \n"

@@ -30,23 +30,23 @@ from __future__ import annotations
 import datetime
 import functools
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 from flax import nnx
 
+from specjax import tree
 from specjax.models.cache import KVCache
 from specjax.models.fetch import fetch_smollm2
 from specjax.models.pretrained import load_pretrained
+from specjax.models.pure import PureModel
 
 _GGUF = flags.DEFINE_string("gguf", None, "GGUF file (default: fetch_smollm2()).")
 _PROMPT_LENS = flags.DEFINE_list("prompt_lens", ["128", "512"], "Prompt lengths (tokens).")
@@ -70,30 +70,11 @@ TEXT = (
 )
 
 
-def log(msg: str) -> None:
-    print(f"[bench_model] {msg}", file=sys.stderr, flush=True)
-
-
-def timed(fn: Callable[[], object], repeats: int, warmup: int) -> tuple[float, float]:
-    """(median seconds of ``repeats`` calls after ``warmup`` calls, seconds of the first call)."""
-    first = None
-    for _ in range(warmup):
-        t0 = time.perf_counter()
-        fn()
-        first = time.perf_counter() - t0 if first is None else first
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), first if first is not None else times[0]
-
-
 def tree_inputs(context: int, k: int, l: int, vocab: int, seed: int = 0):
-    """Path-major K x L tree: tokens [1, T], positions [1, T], ancestor mask [1, T, T]."""
-    depth = np.tile(np.arange(l), k)
-    path = np.repeat(np.arange(k), l)
-    mask = (path[:, None] == path[None, :]) & (depth[None, :] <= depth[:, None])
+    """Path-major K x L tree (``specjax.tree``'s nodes without the root): tokens [1, T],
+    positions [1, T], ancestor mask [1, T, T]."""
+    depth = tree.tree_depths(k, l)[1:] - 1  # node (k, i) at depth i
+    mask = tree.tree_mask(k, l)[1:, 1:]
     tokens = np.random.default_rng(seed).integers(0, vocab, (1, k * l))
     return (
         jnp.asarray(tokens, jnp.int32),
@@ -111,28 +92,17 @@ class SpecjaxRunner:
     def __init__(self, pre, capacity: int):
         self.config = pre.config
         self.capacity = capacity
-        graphdef, self.state = nnx.split(pre.model)
-
-        def forward(state, tokens, cache, lengths, positions, mask, last_only):
-            model = nnx.merge(graphdef, state)
-            cache = cache.rollback(lengths)  # every call sees the same committed context
-            keep = 1 if last_only else None  # prefill: the head on the last position only
-            logits, cache = model(
-                tokens, cache=cache, positions=positions, attn_mask=mask, logits_to_keep=keep
-            )
-            return (logits[:, -1] if last_only else logits), cache
-
-        jit = functools.partial(jax.jit, donate_argnums=(2,))
-        self._last = jit(functools.partial(forward, last_only=True))
-        self._all = jit(functools.partial(forward, last_only=False))
+        self.target = PureModel.of(pre.model)
         self.cache = KVCache.init(self.config, 1, capacity)
 
-    def _call(self, fn, context: int, tokens, positions=None, mask=None):
+    def _call(self, last_only: bool, context: int, tokens, positions=None, mask=None):
         if positions is None:  # a causal chain after the context (built outside the timing)
             b, t = tokens.shape
             positions, mask = self._causal(context, b, t)
         lengths = self._lengths(context)
-        logits, self.cache = fn(self.state, tokens, self.cache, lengths, positions, mask)
+        logits, self.cache = benchlib.forward_after(
+            self.target, self.cache, lengths, tokens, positions, mask, last_only=last_only
+        )
         jax.block_until_ready((logits, self.cache))
         return logits
 
@@ -147,50 +117,50 @@ class SpecjaxRunner:
 
     def prefill(self, tokens):
         """Last-position logits of ``tokens [1, T]`` written into an empty cache."""
-        return self._call(self._last, 0, tokens)
+        return self._call(True, 0, tokens)
 
     def decode(self, context: int, token):
         """Last-position logits of one token after ``context`` committed entries."""
-        return self._call(self._last, context, token)
+        return self._call(True, context, token)
 
     def tree(self, context: int, tokens, positions, mask):
         """All logits of a draft tree after ``context`` committed entries."""
-        return self._call(self._all, context, tokens, positions, mask)
+        return self._call(False, context, tokens, positions, mask)
 
 
 def bench_specjax(gguf: Path, prompt: np.ndarray, rows: dict) -> None:
-    reps, warm = _REPEATS.value, _WARMUP.value
+    timed = functools.partial(benchlib.median_time, repeats=_REPEATS.value, warmup=_WARMUP.value)
     load = lambda: jax.block_until_ready(nnx.state(load_pretrained(gguf).model))
-    log("specjax: loading the GGUF")
-    rows["load"]["gguf"]["specjax"] = timed(load, _LOAD_REPEATS.value, 1)[0]
+    benchlib.log("specjax: loading the GGUF")
+    rows["load"]["gguf"]["specjax"] = benchlib.median_time(load, _LOAD_REPEATS.value, 1)[0]
     pre = load_pretrained(gguf)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = pre.save(Path(tmp) / "smollm2-ckpt")
         load = lambda: jax.block_until_ready(nnx.state(load_pretrained(ckpt).model))
-        log("specjax: restoring the orbax checkpoint")
-        rows["load"]["orbax"]["specjax"] = timed(load, _LOAD_REPEATS.value, 1)[0]
+        benchlib.log("specjax: restoring the orbax checkpoint")
+        rows["load"]["orbax"]["specjax"] = benchlib.median_time(load, _LOAD_REPEATS.value, 1)[0]
 
     run = SpecjaxRunner(pre, _CAPACITY.value)
     for n in map(int, _PROMPT_LENS.value):
         tokens = jnp.asarray(prompt[None, :n], jnp.int32)
-        log(f"specjax: prefill {n}")
-        t, first = timed(lambda tokens=tokens: run.prefill(tokens), reps, warm)
+        benchlib.log(f"specjax: prefill {n}")
+        t, first = timed(lambda tokens=tokens: run.prefill(tokens))
         rows["prefill"][n]["specjax"] = (n / t, first)
         token = jnp.asarray(prompt[None, n : n + 1], jnp.int32)
-        log(f"specjax: decode step at context {n}")
-        t, first = timed(lambda n=n, token=token: run.decode(n, token), reps, warm)
+        benchlib.log(f"specjax: decode step at context {n}")
+        t, first = timed(lambda n=n, token=token: run.decode(n, token))
         rows["decode"][n]["specjax"] = (t, first)
 
     ctx = _TREE_CONTEXT.value
     if "specjax" not in rows["decode"][ctx]:
         token = jnp.asarray(prompt[None, ctx : ctx + 1], jnp.int32)
-        rows["decode"][ctx]["specjax"] = timed(lambda: run.decode(ctx, token), reps, warm)
+        rows["decode"][ctx]["specjax"] = timed(lambda: run.decode(ctx, token))
     step = rows["decode"][ctx]["specjax"][0]
     for k in map(int, _TREE_K.value):
         for l in map(int, _TREE_L.value):
             inputs = tree_inputs(ctx, k, l, pre.config.vocab_size)
-            log(f"specjax: tree K={k} L={l}")
-            t, first = timed(lambda inputs=inputs: run.tree(ctx, *inputs), reps, warm)
+            benchlib.log(f"specjax: tree K={k} L={l}")
+            t, first = timed(lambda inputs=inputs: run.tree(ctx, *inputs))
             rows["tree"][(k, l)] = (t, t / step, first)
 
 
@@ -210,7 +180,7 @@ def bench_transformers(gguf: Path, prompt: np.ndarray, rows: dict) -> str | None
             f"transformers columns skipped: {e.name} is not installed (pip install -e '.[peer]')."
         )
     torch.set_num_threads(_THREADS.value)
-    reps, warm = _REPEATS.value, _WARMUP.value
+    timed = functools.partial(benchlib.median_time, repeats=_REPEATS.value, warmup=_WARMUP.value)
 
     def load():
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -218,15 +188,15 @@ def bench_transformers(gguf: Path, prompt: np.ndarray, rows: dict) -> str | None
         )
         return model.eval()
 
-    log("transformers: loading the GGUF")
-    rows["load"]["gguf"]["transformers"] = timed(load, _LOAD_REPEATS.value, 1)[0]
+    benchlib.log("transformers: loading the GGUF")
+    rows["load"]["gguf"]["transformers"] = benchlib.median_time(load, _LOAD_REPEATS.value, 1)[0]
     model = load()
     with torch.inference_mode():
         for n in map(int, _PROMPT_LENS.value):
             ids = torch.tensor(prompt[None, :n], dtype=torch.long)
             prefill = lambda ids=ids: model(ids, use_cache=True, logits_to_keep=1)
-            log(f"transformers: prefill {n}")
-            t, first = timed(prefill, reps, warm)
+            benchlib.log(f"transformers: prefill {n}")
+            t, first = timed(prefill)
             rows["prefill"][n]["transformers"] = (n / t, first)
 
             # Per-token time of ``generate`` itself (what users run): 1 + GEN_TOKENS tokens
@@ -241,9 +211,9 @@ def bench_transformers(gguf: Path, prompt: np.ndarray, rows: dict) -> str | None
                     pad_token_id=0,
                 )
 
-            log(f"transformers: generate per token at context {n}")
-            long, first = timed(lambda: generate(1 + GEN_TOKENS), reps, warm)
-            short, _ = timed(lambda: generate(1), reps, warm)
+            benchlib.log(f"transformers: generate per token at context {n}")
+            long, first = timed(lambda: generate(1 + GEN_TOKENS))
+            short, _ = timed(lambda: generate(1))
             t = (long - short) / GEN_TOKENS
             rows["decode"][n]["transformers"] = (t, first)
     return None
@@ -252,69 +222,63 @@ def bench_transformers(gguf: Path, prompt: np.ndarray, rows: dict) -> str | None
 # ---------------------------------------------------------------------------- tables
 
 
-def fmt(x, spec: str) -> str:
-    return "—" if x is None else format(x, spec)
-
-
 def tables(rows: dict, header: str, note: str | None) -> str:
+    fmt = benchlib.fmt
     out = [header, ""]
     if note:
         out += [f"*{note}*", ""]
+    body = []
+    for key, name in (("gguf", "GGUF file"), ("orbax", "orbax checkpoint (specjax)")):
+        r = rows["load"][key]
+        body.append([name, fmt(r.get("specjax"), ".2f"), fmt(r.get("transformers"), ".2f")])
     out += [
         f"**Load** (seconds, median of {_LOAD_REPEATS.value} after 1 warm-up; GGUF: read + "
         "dequantize Q4_1 to fp32 + build the model)",
         "",
-        "| source | specjax | transformers |",
-        "|---|---:|---:|",
-    ]
-    for key, name in (("gguf", "GGUF file"), ("orbax", "orbax checkpoint (specjax)")):
-        r = rows["load"][key]
-        out.append(
-            f"| {name} | {fmt(r.get('specjax'), '.2f')} | {fmt(r.get('transformers'), '.2f')} |"
-        )
-    out += [
+        benchlib.table(["source", "specjax", "transformers"], body, left=1),
         "",
-        f"**Prefill** (batch 1, last-position logits; specjax cache capacity {_CAPACITY.value})",
-        "",
-        "| prompt tokens | specjax tok/s | transformers tok/s | specjax / transformers "
-        "| specjax first call (compile) s |",
-        "|---:|---:|---:|---:|---:|",
     ]
+    body = []
     for n, r in rows["prefill"].items():
         ours, peer = r.get("specjax", (None, None)), r.get("transformers", (None, None))
         ratio = ours[0] / peer[0] if ours[0] and peer[0] else None
-        out.append(
-            f"| {n} | {fmt(ours[0], '.0f')} | {fmt(peer[0], '.0f')} | {fmt(ratio, '.2f')} "
-            f"| {fmt(ours[1], '.1f')} |"
-        )
+        body.append([n, fmt(ours[0], ".0f"), fmt(peer[0], ".0f"), fmt(ratio, ".2f")])
+        body[-1].append(fmt(ours[1], ".1f"))
+    head = ["prompt tokens", "specjax tok/s", "transformers tok/s", "specjax / transformers"]
+    head.append("specjax first call (compile) s")
     out += [
+        f"**Prefill** (batch 1, last-position logits; specjax cache capacity {_CAPACITY.value})",
         "",
-        "**Decode step** (batch 1, one token, ms; specjax: jitted, cache donated, attention over "
-        f"all {_CAPACITY.value} slots with a mask)",
+        benchlib.table(head, body, left=0),
         "",
-        "| context tokens | specjax ms | transformers generate, ms per token "
-        "| transformers / specjax |",
-        "|---:|---:|---:|---:|",
     ]
+    body = []
     for n, r in rows["decode"].items():
         ours, peer = r.get("specjax", (None, None))[0], r.get("transformers", (None, None))[0]
         ratio = peer / ours if ours and peer else None
-        out.append(
-            f"| {n} | {fmt(ours and ours * 1e3, '.1f')} | {fmt(peer and peer * 1e3, '.1f')} "
-            f"| {fmt(ratio, '.2f')} |"
-        )
-    step = rows["decode"][_TREE_CONTEXT.value]["specjax"][0]
+        body.append([n, fmt(ours and ours * 1e3, ".1f"), fmt(peer and peer * 1e3, ".1f")])
+        body[-1].append(fmt(ratio, ".2f"))
+    head = ["context tokens", "specjax ms", "transformers generate, ms per token"]
+    head.append("transformers / specjax")
     out += [
+        "**Decode step** (batch 1, one token, ms; specjax: jitted, cache donated, attention over "
+        f"all {_CAPACITY.value} slots with a mask)",
         "",
+        benchlib.table(head, body, left=0),
+        "",
+    ]
+    step = rows["decode"][_TREE_CONTEXT.value]["specjax"][0]
+    body = [
+        [k, l, k * l, f"{t * 1e3:.1f}", f"{ratio:.2f}"]
+        for (k, l), (t, ratio, _) in rows["tree"].items()
+    ]
+    out += [
         f"**Tree scoring** (specjax, one call, K paths x L tokens over a "
         f"{_TREE_CONTEXT.value}-token context, all T logits; one decode step = "
         f"{step * 1e3:.1f} ms)",
         "",
-        "| K | L | T = K*L | tree ms | tree / decode step |",
-        "|---:|---:|---:|---:|---:|",
+        benchlib.table(["K", "L", "T = K*L", "tree ms", "tree / decode step"], body, left=0),
     ]
-    for (k, l), (t, ratio, _) in rows["tree"].items():
-        out.append(f"| {k} | {l} | {k * l} | {t * 1e3:.1f} | {ratio:.2f} |")
     return "\n".join(out) + "\n"
 
 
@@ -351,11 +315,7 @@ def main(argv):
         f"total {time.perf_counter() - t0:.0f} s; 1-min load average before the run "
         f"{load_before:.1f} (near 0 when no other process competes for the cores)."
     )
-    report = tables(rows, header, note)
-    print(report)
-    if _OUTPUT.value:
-        Path(_OUTPUT.value).write_text(report, encoding="utf-8")
-        log(f"wrote {_OUTPUT.value}")
+    benchlib.write_report(tables(rows, header, note), _OUTPUT.value)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,12 @@ from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub import
 
-import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
+from benchlib import plots
 
 import specjax
 from specjax.decode import DecodeConfig, generate
@@ -79,14 +80,8 @@ SHAKESPEARE_PROMPTS = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[bench_peers] {msg}", file=sys.stderr, flush=True)
-
-
-def value(name: str):
-    """A flag's value, or its ``--quick`` value unless given on the command line."""
-    flag = flags.FLAGS[name]
-    return QUICK[name] if _QUICK.value and name in QUICK and not flag.present else flag.value
+value = functools.partial(benchlib.quick_value, quick=QUICK)
+"""A flag's value, or its ``--quick`` value unless given on the command line."""
 
 
 @dataclasses.dataclass
@@ -142,7 +137,7 @@ def count_forwards(modules, fn: Callable) -> list[int]:
 
 def measure(torch, row: Row, n: int, repeats: int) -> None:
     """Warm-up (compile; count transformers' forwards), then interleaved timed rounds."""
-    log(f"{row.model} / {row.prompt} / {row.method}")
+    benchlib.log(f"{row.model} / {row.prompt} / {row.method}")
     verifier = "autoregressive" if row.drafter is None else "greedy"
     if row.drafter is not None and row.drafter.num_paths > 1:
         verifier = "specinfer"  # any multi-path verifier keeps the argmax at temperature 0
@@ -158,7 +153,7 @@ def measure(torch, row: Row, n: int, repeats: int) -> None:
         ours_s.append(gen.metrics.seconds)
         hf_ids, seconds = peer()
         peer_s.append(seconds)
-        log(f"  specjax {ours_s[-1]:.2f} s, transformers {seconds:.2f} s")
+        benchlib.log(f"  specjax {ours_s[-1]:.2f} s, transformers {seconds:.2f} s")
     row.results = dict(
         ours_s=statistics.median(ours_s), hf_s=statistics.median(peer_s), ours_ids=gen.tokens[0],
         hf_ids=hf_ids, metrics=gen.metrics, compile_s=first.metrics.compile_seconds, hf_calls=calls,
@@ -297,27 +292,13 @@ def floor_table(rows: list[Row], n: int, bytes_per_s: float, weight_bytes: int) 
 
 
 def plot(rows: list[Row], n: int, path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib is not installed; no plot")
-        return
     labels = [f"{r.model} / {r.prompt} / {r.method}" for r in rows]
-    y = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
-    ax.barh(y - 0.2, [n / r.results["ours_s"] for r in rows], 0.4, label="specjax")
-    ax.barh(y + 0.2, [n / r.results["hf_s"] for r in rows], 0.4, label="transformers")
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel(f"tokens/s (batch 1, fp32, greedy, {n} new tokens)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    log(f"wrote {path}")
+    ours = [n / r.results["ours_s"] for r in rows]
+    peer = [n / r.results["hf_s"] for r in rows]
+    if plots.peer_speeds(labels, ours, peer, n, path) is None:
+        benchlib.log("matplotlib is not installed; no plot")
+    else:
+        benchlib.log(f"wrote {path}")
 
 
 SOURCE = pathlib.Path(specjax.__file__).parent
@@ -371,9 +352,9 @@ def main(argv):
             measure(torch, row, n, repeats)
     bad = [f"{r.model} / {r.prompt} / {r.method}" for r in smol + shakes if not r.same]
     for name in bad:
-        log(f"MISMATCH: specjax and transformers generated different ids: {name}")
+        benchlib.log(f"MISMATCH: specjax and transformers generated different ids: {name}")
     header = (
-        f"`{' '.join(['python', 'scripts/bench_peers.py', *sys.argv[1:]])}` on "
+        f"`{benchlib.command()}` on "
         f"{benchlib.machine(verbose=True)}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} "
         f"UTC; specjax source {benchlib.source_digest(SOURCE, recursive=True)}; torch "
         f"{torch.__version__} ({_THREADS.value} threads), transformers {transformers.__version__}; "
@@ -387,10 +368,7 @@ def main(argv):
         assisted="tuned online (scikit-learn installed)" if sklearn else "fixed (no scikit-learn)",
         ids=f"**GENERATED IDS DIFFER** in: {'; '.join(bad)}." if bad else "identical in every row.",
     )  # fmt: skip
-    print(report)
-    if _OUTPUT.value:
-        pathlib.Path(_OUTPUT.value).write_text(report, encoding="utf-8")
-        log(f"wrote {_OUTPUT.value}")
+    benchlib.write_report(report, _OUTPUT.value)
     if _PLOT.value:
         plot(smol + shakes, n, _PLOT.value)
 

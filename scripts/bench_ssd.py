@@ -13,12 +13,12 @@ the autoregressive tokens.
 from __future__ import annotations
 
 import datetime
-import pathlib
 import sys
 import time
 
-import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 from absl import app, flags, logging
+from benchlib import plots
 
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.ssd import generate_ssd, ssd_rates
@@ -121,32 +121,6 @@ HEAD = [
 ]  # fmt: skip
 
 
-def plot(body: list[list[str]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, temperature in zip(axes, ("0", "1"), strict=True):
-        lines = {}
-        for row in body:
-            if row[1] == temperature:
-                key = f"{row[0]} {row[2]} x={row[5]}"
-                lines.setdefault(key, []).append((int(row[4]), float(row[6])))
-        for key, points in sorted(lines.items()):
-            xs, ys = zip(*sorted(points), strict=True)
-            ax.plot(xs, ys, marker="o", label=key)
-        ax.set_title(f"temperature {temperature}")
-        ax.set_xlabel("branches per row C")
-        ax.set_xscale("log", base=2)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("SSD cache hit rate")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
@@ -154,16 +128,14 @@ def main(argv):
     pairs = ["shakespeare"] if _QUICK.value else _PAIRS.value
     body = [row for name in pairs for row in measure(name, _QUICK.value)]
     header = (
-        f"`{' '.join(['python', 'scripts/bench_ssd.py', *sys.argv[1:]])}` on "
+        f"`{benchlib.command()}` on "
         f"{benchlib.machine()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
         f"L = {_DRAFT_LEN.value}; total {time.perf_counter() - t0:.0f} s."
     )
     report = header + "\n\n" + benchlib.markdown(HEAD, body, left=4) + "\n"
-    print(report)
-    if _OUTPUT.value:
-        pathlib.Path(_OUTPUT.value).write_text(report, encoding="utf-8")
+    benchlib.write_report(report, _OUTPUT.value)
     if _PLOT.value:
-        plot(body, _PLOT.value)
+        plots.ssd_hit_rate(body, _PLOT.value)
     if any("NO" in row[-1] for row in body):
         sys.exit("error: SSD at temperature 0 differed from autoregressive decoding")
 

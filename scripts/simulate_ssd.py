@@ -18,9 +18,8 @@ plus a per-call overhead), L = 7 as in the paper's runs, over a grid of acceptan
 from __future__ import annotations
 
 import datetime
-import sys
 
-import benchlib  # scripts/benchlib.py (scripts run with scripts/ on sys.path)
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import jax
 from absl import app, flags, logging
 
@@ -122,7 +121,7 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
     lines = [
-        f"`{' '.join(['python', 'scripts/simulate_ssd.py', *sys.argv[1:]])}` on "
+        f"`{benchlib.command()}` on "
         f"{benchlib.machine()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.",
         "",
     ]

@@ -99,6 +99,14 @@ def greedy_token(logits: Array) -> Array:
     return argmax_first(logits.astype(jnp.float32))
 
 
+def next_tokens(keys: PRNGKey, logits: Array, params: SamplingParams) -> Array:
+    """One token per row from the processed law of ``logits [B, V]`` with per-row ``keys [B]``:
+    the first maximal index at temperature 0, else a sample (int32 ``[B]``)."""
+    if params.greedy:
+        return greedy_token(logits)
+    return jax.vmap(sample)(keys, probs_from_logits(logits, params))
+
+
 def sample_without_replacement(key: PRNGKey, probs: Array, count: int) -> tuple[Array, Array]:
     """``count`` distinct tokens drawn one after another without replacement (Gumbel top-k).
 

@@ -19,6 +19,7 @@ from specjax.decode import (
     Generation,
     compile_generation,
     generate,
+    last_tokens,
     prefill_program,
     prepare,
     split_keys,
@@ -97,8 +98,7 @@ def _verify(config, state, draft, logits):
 @functools.partial(jax.jit, static_argnames=("params",), donate_argnums=(1,))
 def _decode(target, cache, lengths, token, keys, params):
     logits, cache = benchlib.forward_after(target, cache, lengths, token)
-    probs = sampling.probs_from_logits(logits[:, 0], params)
-    return jax.vmap(sampling.sample)(keys, probs), cache
+    return sampling.next_tokens(keys, logits[:, 0], params), cache
 
 
 @jax.jit
@@ -136,7 +136,7 @@ def model_calls(gen: Generator) -> dict[str, Callable[[], Any]]:
         calls["verify"] = lambda: _verify(config, state, draft, logits)
     else:
         _, k_sample = split_keys(state.keys, 2)  # the keys autoregressive_step samples with
-        last = jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
+        last = last_tokens(state)
 
         def decode():
             out, holder["cache"] = _decode(

@@ -41,6 +41,7 @@ from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
     autoregressive_step,
     init_state,
+    last_tokens,
     speculative_step,
     split_keys,
     step,
@@ -70,6 +71,7 @@ __all__ = [
     "generate",
     "generate_ssd",
     "init_state",
+    "last_tokens",
     "outputs",
     "prefill_program",
     "prepare",

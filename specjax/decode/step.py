@@ -84,19 +84,16 @@ def commit_tokens(
     return tokens, jnp.where(active, lengths, state.lengths), done
 
 
-def _last_tokens(state: DecodeState) -> Array:  # [B, 1] the token the target has not seen
+def last_tokens(state: DecodeState) -> Array:
+    """``[B, 1]`` each row's last committed token, the one the target has not seen yet."""
     return jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
 
 
 def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeConfig):
     """One target token per active row, sampled exactly as the speculative step's target law."""
     keys, k_sample = split_keys(state.keys, 2)
-    logits, cache = target(_last_tokens(state), cache=state.target_cache)  # [B, 1, V]
-    if config.sampling.greedy:
-        token = sampling.greedy_token(logits[:, 0])  # [B]
-    else:
-        probs = sampling.probs_from_logits(logits[:, 0], config.sampling)  # [B, V]
-        token = jax.vmap(sampling.sample)(k_sample, probs)  # [B]
+    logits, cache = target(last_tokens(state), cache=state.target_cache)  # [B, 1, V]
+    token = sampling.next_tokens(k_sample, logits[:, 0], config.sampling)  # [B]
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))
@@ -151,7 +148,7 @@ def tree_inputs(state: DecodeState, draft_tokens: Array) -> tuple[Array, Array, 
     """
     b, k_paths, l_len = draft_tokens.shape
     feed = jnp.concatenate(
-        [_last_tokens(state), jnp.maximum(draft_tokens, 0).reshape(b, k_paths * l_len)], axis=1
+        [last_tokens(state), jnp.maximum(draft_tokens, 0).reshape(b, k_paths * l_len)], axis=1
     )  # [B, T]
     positions = (state.lengths - 1)[:, None] + jnp.asarray(tree.tree_depths(k_paths, l_len))
     t = positions.shape[1]

@@ -9,7 +9,6 @@ from specjax.verify.common import (
     VerifyResult,
     check_multipath_inputs,
     compute_dtype,
-    normalize,
     take_token_prob,
     valid_lengths,
 )
@@ -31,30 +30,42 @@ def rrs_rule(replacement: bool) -> NodeRule:
     With replacement (i.i.d. drafts) the residual sequence r_1 = p, r_{j+1} = norm(max(r_j - q,
     0)) does not depend on the drafted tokens; without replacement the draft law q' also loses
     each rejected token, and duplicated candidates (the same tree node) are tested once.
+
+    The laws are kept unnormalised with ``[B]`` normalisers (r = W / s, q' = Q / t), so a
+    rejection costs one fused pass over V (the new weights and their mass) instead of
+    normalising whole rows: ``max(r - q', 0) = max(W - (s / t) Q, 0) / s`` and the test
+    ``u q'(x) < r(x)`` is ``u Q(x) s < W(x) t``. The first candidate sees s = t = 1 exactly,
+    so K = 1 is token verification bit for bit.
     """
 
     def rule(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
         if not replacement:
             candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
-        r, r_weights, q_cur = p, p, q  # residual law, its unnormalised weights, draft law
+        one = jnp.ones(tokens.shape[:1], p.dtype)
+        w, s = p, one  # residual law r = w / s
+        big_q, t = q, one  # draft law q' = big_q / t
+        r_weights = p  # the residual to sample from if the node rejects every candidate
         accepted = jnp.zeros(tokens.shape[:1], bool)
         token = jnp.full(tokens.shape[:1], -1, jnp.int32)
         for j in range(tokens.shape[1]):
             x = tokens[:, j]
             consider = candidates[:, j] & ~accepted
-            ok = u[:, j] * take_token_prob(q_cur, x) < take_token_prob(r, x)
-            reject = (consider & ~ok)[:, None]
+            ok = u[:, j] * take_token_prob(big_q, x) * s < take_token_prob(w, x) * t
+            reject = consider & ~ok
             accepted = accepted | (consider & ok)
             token = jnp.where(consider & ok, x, token)
-            raw = jnp.maximum(r - q_cur, 0.0)  # [B, V]
-            has_mass = jnp.sum(raw, axis=-1, keepdims=True) > 0.0
-            r_weights = jnp.where(reject & has_mass, raw, r_weights)
-            r = jnp.where(reject, normalize(raw, r), r)
+            raw = jnp.maximum(w - (s / t)[:, None] * big_q, 0.0)  # [B, V], s * max(r - q', 0)
+            mass = jnp.sum(raw, axis=-1)  # [B]
+            moved = reject & (mass > 0.0)  # an empty residual (float drift) keeps r
+            r_weights = jnp.where(moved[:, None], raw, r_weights)
+            w, s = jnp.where(moved[:, None], raw, w), jnp.where(moved, mass, s)
             if not replacement:
-                q_cur = jnp.where(
-                    reject, normalize(jnp.where(vocab == x[:, None], 0.0, q_cur), q_cur), q_cur
-                )
+                left = jnp.where(vocab == x[:, None], 0.0, big_q)
+                left_mass = jnp.sum(left, axis=-1)
+                kept = reject & (left_mass > 0.0)  # q' without x, unless that leaves no mass
+                big_q = jnp.where(kept[:, None], left, big_q)
+                t = jnp.where(kept, left_mass, t)
         return accepted, token.astype(jnp.int32), r_weights
 
     return rule

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specjax.verify.gbv import kappa_order
+from specjax.verify.spectr import spectr_rho
 
 
 def keys_with_ties(rng, batch: int, vocab: int) -> np.ndarray:
@@ -34,3 +35,29 @@ def test_kappa_order_in_float64():
         kappa = kappa.at[:, 7].set(1.0 + 2.0**-50)  # differs from 1.0 only in float64
         want = jnp.argsort(kappa, axis=-1, stable=True)
         np.testing.assert_array_equal(jax.jit(kappa_order)(kappa), want)
+
+
+def bisection_rho(p, q, k, steps=60):
+    """SpecTr's rho* by plain bisection (the definition spectr_rho's Newton passes replace)."""
+    lo, hi = np.ones_like(k), np.maximum(k, 1.0)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        beta = np.clip(np.minimum(q, p / mid[:, None]).sum(-1), 0.0, 1.0)
+        valid = 1.0 - (1.0 - beta) ** k <= mid * beta
+        lo, hi = np.where(valid, lo, mid), np.where(valid, mid, hi)
+    return hi
+
+
+def test_spectr_rho_equals_bisection_at_a_large_vocabulary():
+    rng = np.random.default_rng(4)
+    v = 5000
+    p = rng.dirichlet(np.full(v, 0.05), size=8)
+    q = rng.dirichlet(np.full(v, 0.05), size=8)
+    q[1] = p[1]  # p == q: rho* = 1
+    q[2, : v // 2] = 0.0  # zeros
+    q[2] /= q[2].sum()
+    k = np.array([0, 2, 3, 4, 8, 2, 5, 1], np.float64)
+    with jax.enable_x64(True):
+        rho = np.asarray(spectr_rho(jnp.asarray(p), jnp.asarray(q), jnp.asarray(k)))
+    np.testing.assert_allclose(rho, bisection_rho(p, q, k), rtol=0, atol=1e-8 * k.max())
+    assert rho[0] == rho[7] == 1.0

@@ -15,6 +15,8 @@ Three parts, each printed as Markdown tables (and written to ``--output`` if giv
 * **primitives** -- the cost of single XLA operations over one ``[B, V]`` row set (sum, max,
   argmax, random bits, the verifiers' final categorical draw, cumsum, argsort), which explains
   what dominates where the goals are not met.
+* **share** (``--parts=share``) -- each verifier's time as a share of the SmolLM2-135M target's
+  tree forward (B = 1 and 8, K = 1-4, L = 4; see :mod:`benchlib.verify_share`).
 * **efficiency** -- block efficiency E[tau] + 1 (with its standard error) of each verifier on
   the synthetic families of :mod:`specjax.verify.synthetic`, the measured P(tau >= 1) and the
   optimal single-step acceptance at the root that no lossless verifier can beat (1 - TV for a
@@ -44,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
-from benchlib import verify_report
+from benchlib import verify_report, verify_share
 from benchlib.verify_inputs import (
     CHAIN,
     MULTIPATH,
@@ -62,7 +64,9 @@ from specjax.verify import common, synthetic
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run on tiny shapes (under a minute).")
 _FULL = flags.DEFINE_bool("full", False, "Wider grid (B = 1, 8, 64; more V and L points).")
 _PARTS = flags.DEFINE_list(
-    "parts", ["timing", "primitives", "efficiency"], "Parts to run: timing, primitives, efficiency."
+    "parts",
+    ["timing", "primitives", "efficiency"],
+    "Parts to run: timing, primitives, efficiency, share (SmolLM2 tree forward; not default).",
 )
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown tables to this file.")
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
@@ -340,7 +344,7 @@ def main(argv):
         bound_rows=_BOUND_ROWS.value or grid.bound_rows,
         min_time=_MIN_TIME.value if _MIN_TIME.value is not None else grid.min_time,
     )
-    unknown = set(_PARTS.value) - {"timing", "primitives", "efficiency"}
+    unknown = set(_PARTS.value) - {"timing", "primitives", "efficiency", "share"}
     if unknown:
         raise app.UsageError(f"unknown --parts {sorted(unknown)}")
     run = benchlib.Run()
@@ -359,6 +363,8 @@ def main(argv):
         sections.append(run_primitives(timer, grid, k_prim))
     if "efficiency" in _PARTS.value:
         sections.append(run_efficiency(grid, k_eff))
+    if "share" in _PARTS.value:
+        sections.append(verify_share.run_share(timer, k_time))
     sections.append(run.summary("timed calls"))
     if code_digest() != digest:
         sections.append(

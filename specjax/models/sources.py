@@ -26,9 +26,24 @@ from specjax.models.safetensors_loader import load_safetensors
 from specjax.models.tokenizer import ByteTokenizer
 
 
-def load_model(path: str, dtype: str, mesh=None, replicated: bool = False):
-    """(Llama module, tokenizer) from a path, ``smollm2`` or ``random:<seed>``; with a mesh,
-    the parameters are placed on it (tensor-parallel, or replicated)."""
+def load_model(path: str, dtype: str = "", mesh=None, replicated: bool = False):
+    """A model and its tokenizer from a source name.
+
+    Args:
+      path: a specjax checkpoint directory, a ``.gguf`` file, a Hugging Face directory,
+        ``smollm2`` (the registry package's GGUF) or ``random:<seed>`` (a tiny random
+        byte-level model).
+      dtype: the parameters' dtype (e.g. ``"bfloat16"``); ``""`` keeps the stored one.
+      mesh: a device mesh to place the parameters on, or None for one device.
+      replicated: with a mesh, replicate the parameters instead of splitting them
+        (tensor parallelism over ``model``).
+
+    Returns:
+      ``(Llama, tokenizer)``; the tokenizer is None for a checkpoint saved without one.
+
+    Raises:
+      FileNotFoundError: ``path`` names no file or directory.
+    """
     if path.startswith("random:"):
         from specjax.testing import random_model  # (imports specjax.models)
 

@@ -43,9 +43,8 @@ def rrs_rule(replacement: bool) -> NodeRule:
             candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
         one = jnp.ones(tokens.shape[:1], p.dtype)
-        w, s = p, one  # residual law r = w / s
+        w, s = p, one  # residual law r = w / s; w is also what a rejecting node samples from
         big_q, t = q, one  # draft law q' = big_q / t
-        r_weights = p  # the residual to sample from if the node rejects every candidate
         accepted = jnp.zeros(tokens.shape[:1], bool)
         token = jnp.full(tokens.shape[:1], -1, jnp.int32)
         for j in range(tokens.shape[1]):
@@ -58,7 +57,6 @@ def rrs_rule(replacement: bool) -> NodeRule:
             raw = jnp.maximum(w - (s / t)[:, None] * big_q, 0.0)  # [B, V], s * max(r - q', 0)
             mass = jnp.sum(raw, axis=-1)  # [B]
             moved = reject & (mass > 0.0)  # an empty residual (float drift) keeps r
-            r_weights = jnp.where(moved[:, None], raw, r_weights)
             w, s = jnp.where(moved[:, None], raw, w), jnp.where(moved, mass, s)
             if not replacement:
                 left = jnp.where(vocab == x[:, None], 0.0, big_q)
@@ -66,7 +64,7 @@ def rrs_rule(replacement: bool) -> NodeRule:
                 kept = reject & (left_mass > 0.0)  # q' without x, unless that leaves no mass
                 big_q = jnp.where(kept[:, None], left, big_q)
                 t = jnp.where(kept, left_mass, t)
-        return accepted, token.astype(jnp.int32), r_weights
+        return accepted, token.astype(jnp.int32), w
 
     return rule
 

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specjax import verify
+from specjax.verify import rows
 from specjax.verify.gbv import kappa_order
 from specjax.verify.spectr import spectr_rho
 
@@ -61,3 +63,41 @@ def test_spectr_rho_equals_bisection_at_a_large_vocabulary():
         rho = np.asarray(spectr_rho(jnp.asarray(p), jnp.asarray(q), jnp.asarray(k)))
     np.testing.assert_allclose(rho, bisection_rho(p, q, k), rtol=0, atol=1e-8 * k.max())
     assert rho[0] == rho[7] == 1.0
+
+
+@pytest.mark.parametrize(
+    "batch, row_bytes, budget, expected",
+    [
+        (64, 1000, 4000, 4),  # four rows fit
+        (64, 10**7, 4000, 2),  # no row fits: chunks of two, not one
+        (7, 10**7, 4000, 7),  # a prime batch larger than the budget runs whole
+        (6, 1000, 10**9, 6),  # everything fits: one chunk
+        (1, 10**7, 4000, 1),
+    ],
+)
+def test_chunk_rows(batch, row_bytes, budget, expected):
+    assert rows.chunk_rows(batch, row_bytes, budget) == expected
+
+
+@pytest.mark.parametrize("name", ["token", "block", "specinfer", "spectr", "gbv"])
+def test_row_chunks_leave_every_verifier_output_unchanged(name, monkeypatch):
+    """The CPU path (chunks of 2 rows through lax.map) returns exactly the batched result."""
+    rng = np.random.default_rng(3)
+    b, k, l, v = 6, 3, 3, 40
+    q = rng.dirichlet(np.full(v, 0.5), size=(b, k, l)).astype(np.float32)
+    p = rng.dirichlet(np.full(v, 0.5), size=(b, k, l + 1)).astype(np.float32)
+    tokens = rng.integers(0, v, size=(b, k, l)).astype(np.int32)
+    num_draft = rng.integers(0, l + 1, size=(b, k)).astype(np.int32)
+    if name in ("token", "block"):
+        args = (tokens[:, 0], q[:, 0], p[:, 0])
+        num_draft = num_draft[:, 0]
+    else:
+        args = (tokens, q, p)
+    f = verify.get(name)
+    outs = []
+    for budget in (1 << 40, 1):  # one chunk, then chunks of two rows
+        monkeypatch.setattr(rows, "CHUNK_BYTES", budget)
+        keys = jax.random.split(jax.random.PRNGKey(0), 8)
+        run = jax.jit(lambda key: f(key, *args, num_draft=num_draft))
+        outs.append(np.stack([np.stack(run(key)) for key in keys]))
+    np.testing.assert_array_equal(outs[0], outs[1])

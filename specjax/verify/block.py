@@ -18,10 +18,12 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
+    correction_uniforms,
     split_key,
     take_token_prob,
     valid_lengths,
 )
+from specjax.verify.rows import map_row_chunks
 from specjax.verify.token import chain_correction
 
 
@@ -57,8 +59,10 @@ def block_weights_and_stops(
     s = jnp.concatenate([jnp.zeros((b, 1), dtype), jnp.cumsum(log_ratio, axis=-1)], axis=-1)
     log_w = s - jax.lax.cummax(s, axis=1)  # [B, L+1], <= 0
     w = jnp.exp(log_w[:, :l])  # [B, L]  w_0 .. w_{L-1}
-    # Z_i = sum_v max(w_i p_{i+1}(v) - q_{i+1}(v), 0): one fused [B, L, V] reduction.
-    z = jnp.sum(jnp.maximum(w[:, :, None] * target_probs[:, :l] - draft_probs, 0.0), axis=-1)
+    # Z_i = sum_v max(w_i p_{i+1}(v) - q_{i+1}(v), 0): one fused [B, L, V] reduction (written
+    # as a select, which XLA:CPU runs at about twice the speed of the max form).
+    wp = w[:, :, None] * target_probs[:, :l]  # [B, L, V]
+    z = jnp.sum(jnp.where(wp > draft_probs, wp - draft_probs, 0.0), axis=-1)
     denom = z - jnp.expm1(log_w[:, :l])  # Z_i + 1 - w_i, with 1 - w_i computed exactly
     h_inner = jnp.where(denom > 0.0, z / jnp.where(denom > 0.0, denom, 1.0), 1.0)  # [B, L]
     idx = jnp.arange(l + 1)[None, :]
@@ -67,22 +71,33 @@ def block_weights_and_stops(
     return log_w, h
 
 
+def block_uniforms(key: PRNGKey, batch: int, length: int, dtype) -> tuple[Array, Array]:
+    """``(eta [B, L], u_y [B, 2])``: the stop tests and the emitted token's draw."""
+    key_u, key_y = split_key(key, 2)
+    eta = jax.random.uniform(key_u, (batch, length), dtype)  # for i = 1..L
+    return eta, correction_uniforms(key_y, batch, dtype)
+
+
 def block_verify_rows(
-    key: PRNGKey, draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    n: Array,
+    eta: Array,
+    u_y: Array,
 ) -> VerifyResult:
-    """Block verification on validated, float inputs with explicit valid lengths ``n [B]``.
+    """Block verification on validated, float inputs with explicit valid lengths ``n [B]`` and
+    the uniforms of :func:`block_uniforms`.
 
     Shared by :func:`block_verify` and GBV (which passes its skewed draft rows).
     """
     b, l = draft_tokens.shape
-    key_u, key_y = split_key(key, 2)
     log_w, h = block_weights_and_stops(draft_tokens, draft_probs, target_probs, n)
-    eta = jax.random.uniform(key_u, (b, l), draft_probs.dtype)  # [B, L] for i = 1..L
     idx = jnp.arange(1, l + 1)[None, :]
     success = eta < h[:, 1:]  # h_0 = 1, so tau >= 0; h = 0 past n
     tau = jnp.max(jnp.where(success, idx, 0), axis=-1).astype(jnp.int32)  # last success wins
     w_tau = jnp.exp(jnp.take_along_axis(log_w, tau[:, None], axis=-1)[:, 0])  # [B]
-    next_token = chain_correction(key_y, tau, n, w_tau, draft_probs, target_probs)
+    next_token = chain_correction(u_y, tau, n, w_tau, draft_probs, target_probs)
     return VerifyResult(tau, next_token, jnp.zeros((b,), jnp.int32))
 
 
@@ -107,9 +122,16 @@ def block_verify(
       VerifyResult (``num_accepted``, ``next_token``, ``path`` = 0), each int32 ``[B]``. Never
       accepts fewer tokens than :func:`token_verify` in expectation; equal to it for L = 1.
     """
-    check_chain_inputs("block_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    b, l, _ = check_chain_inputs("block_verify", draft_tokens, draft_probs, target_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
-    return block_verify_rows(
-        key, draft_tokens, draft_probs.astype(dtype), target_probs.astype(dtype), n
+    eta, u_y = block_uniforms(key, b, l, dtype)
+    return map_row_chunks(
+        block_verify_rows,
+        draft_tokens,
+        draft_probs.astype(dtype),
+        target_probs.astype(dtype),
+        n,
+        eta,
+        u_y,
     )

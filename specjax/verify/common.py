@@ -209,8 +209,25 @@ def _inverse_cdf(weights: Array, u: Array) -> Array:
     return jnp.minimum(index, last_positive)  # guards u * total rounding up to the total
 
 
+def correction_uniforms(key: PRNGKey, batch: int, dtype) -> Array:
+    """The two uniforms per row that :func:`sample_with` consumes, ``[B, 2]``."""
+    return jax.random.uniform(key, (2, batch), dtype).T
+
+
 def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
     """Samples one token per row from unnormalised ``weights [B, V]`` (exact inverse CDF).
+
+    :func:`sample_with` on the uniforms :func:`correction_uniforms` draws from ``key``.
+
+    Returns:
+      int32 ``[B]`` token ids, always with positive weight (or positive fallback weight).
+    """
+    u = correction_uniforms(key, weights.shape[0], weights.dtype)
+    return sample_with(u, weights, fallback)
+
+
+def sample_with(u: Array, weights: Array, fallback: Array) -> Array:
+    """Samples one token per row from unnormalised ``weights [B, V]`` given uniforms ``u [B, 2]``.
 
     Two levels, two uniforms per row: a block of C = 256 tokens is drawn with probability
     proportional to its mass, then a token inside it proportional to its weight. One read of
@@ -225,10 +242,10 @@ def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
     empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0  # [B, 1]
     weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
     blocks, c = _blocks(weights, 0.0)  # [B, nb, C]
-    u = jax.random.uniform(key, (2, weights.shape[0]), weights.dtype)
-    j = _inverse_cdf(jnp.sum(blocks, axis=-1), u[0])  # [B]
+    u = u.astype(weights.dtype)
+    j = _inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])  # [B]
     inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]  # [B, C]
-    return (j * c + _inverse_cdf(inner, u[1])).astype(jnp.int32)
+    return (j * c + _inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
 
 
 def normalize(weights: Array, fallback: Array) -> Array:

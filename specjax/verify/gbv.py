@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from specjax.typing import Array, PRNGKey
-from specjax.verify.block import block_verify_rows
+from specjax.verify.block import block_uniforms, block_verify_rows
 from specjax.verify.common import (
     VerifyResult,
     check_multipath_inputs,
@@ -29,6 +29,7 @@ from specjax.verify.common import (
     normalize,
     valid_lengths,
 )
+from specjax.verify.rows import map_row_chunks
 from specjax.verify.tree_walk import first_true, take_path_row
 
 R_MAX = 1e30
@@ -136,15 +137,13 @@ def gbv_select(
       For K = 1 the rows are the draft rows themselves.
     """
     b, k, l = draft_tokens.shape
-    alive = jnp.ones((b, k), bool)
-    length = jnp.zeros((b,), jnp.int32)
-    r = jnp.zeros((b,), draft_probs.dtype)
-    skew_rows = []
-    for d in range(l):
+
+    def depth(carry, xs):  # a lax.scan: the carry materialises each depth's per-row state
+        alive, length, r = carry
+        d, tokens_d = xs  # [], [B, K]
         rep = first_true(alive)
         p_d = take_path_row(target_probs, rep, d)  # [B, V]
         q_d = take_path_row(draft_probs, rep, d)  # [B, V]
-        tokens_d = draft_tokens[:, :, d]  # [B, K]
         candidates = alive & (d < n) & (tokens_d >= 0)
         has_child = jnp.any(candidates, axis=-1)
         kappa_c = ranking_key(gather_tokens(p_d, tokens_d), gather_tokens(q_d, tokens_d))
@@ -152,7 +151,7 @@ def gbv_select(
         best_kappa = jnp.max(kappa_c, axis=-1, keepdims=True)
         ties = candidates & (kappa_c == best_kappa)
         chosen = jnp.max(jnp.where(ties, tokens_d, -1), axis=-1)  # larger index wins ties
-        skew_rows.append(q_d if k == 1 else skewed_draft(p_d, q_d, r, k))
+        skew = q_d if k == 1 else skewed_draft(p_d, q_d, r, k)
         q_chosen = gather_tokens(q_d, chosen[:, None])[:, 0]
         below = mass_below(ranking_key(p_d, q_d), q_d, chosen)
         r_next = jnp.where(
@@ -160,8 +159,12 @@ def gbv_select(
         )
         r = jnp.where(has_child, jnp.minimum(r_next, R_MAX), r)
         alive = jnp.where(has_child[:, None], candidates & (tokens_d == chosen[:, None]), alive)
-        length = length + has_child.astype(jnp.int32)
-    return first_true(alive), length, jnp.stack(skew_rows, axis=1)
+        return (alive, length + has_child.astype(jnp.int32), r), skew
+
+    carry = (jnp.ones((b, k), bool), jnp.zeros((b,), jnp.int32), jnp.zeros((b,), draft_probs.dtype))
+    xs = (jnp.arange(l), jnp.moveaxis(draft_tokens, 2, 0))
+    (alive, length, _), skew_rows = lax.scan(depth, carry, xs)  # skew_rows [L, B, V]
+    return first_true(alive), length, jnp.moveaxis(skew_rows, 0, 1)
 
 
 def gbv_verify(
@@ -185,15 +188,37 @@ def gbv_verify(
       VerifyResult, each int32 ``[B]``; ``path`` is the selected path. K = 1 is exactly
       :func:`block_verify`, bit for bit.
     """
-    check_multipath_inputs("gbv_verify", draft_tokens, draft_probs, target_probs, num_draft)
-    l = draft_tokens.shape[-1]
+    b, _, l, _ = check_multipath_inputs(
+        "gbv_verify", draft_tokens, draft_probs, target_probs, num_draft
+    )
     dtype = compute_dtype(draft_probs, target_probs)
-    draft_probs = draft_probs.astype(dtype)
-    target_probs = target_probs.astype(dtype)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
+    eta, u_y = block_uniforms(key, b, l, dtype)
+    return map_row_chunks(
+        gbv_rows,
+        draft_tokens,
+        draft_probs.astype(dtype),
+        target_probs.astype(dtype),
+        n,
+        eta,
+        u_y,
+    )
+
+
+def gbv_rows(
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    n: Array,
+    eta: Array,
+    u_y: Array,
+) -> VerifyResult:
+    """GBV on validated, float inputs with valid lengths ``n [B, K]`` and the uniforms of
+    :func:`~specjax.verify.block.block_uniforms`."""
+    l = draft_tokens.shape[-1]
     path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
     tokens = jnp.take_along_axis(draft_tokens, path[:, None, None], axis=1)[:, 0]  # [B, L]
     tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], tokens, -1)
     p_rows = jnp.take_along_axis(target_probs, path[:, None, None, None], axis=1)[:, 0]
-    result = block_verify_rows(key, tokens, q_skew, p_rows, length)
+    result = block_verify_rows(tokens, q_skew, p_rows, length, eta, u_y)
     return result._replace(path=path)

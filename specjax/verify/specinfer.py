@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
@@ -42,15 +43,12 @@ def rrs_rule(replacement: bool) -> NodeRule:
         if not replacement:
             candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
-        one = jnp.ones(tokens.shape[:1], p.dtype)
-        w, s = p, one  # residual law r = w / s; w is also what a rejecting node samples from
-        big_q, t = q, one  # draft law q' = big_q / t
-        accepted = jnp.zeros(tokens.shape[:1], bool)
-        token = jnp.full(tokens.shape[:1], -1, jnp.int32)
-        for j in range(tokens.shape[1]):
-            x = tokens[:, j]
-            consider = candidates[:, j] & ~accepted
-            ok = u[:, j] * take_token_prob(big_q, x) * s < take_token_prob(w, x) * t
+
+        def candidate(carry, xs):  # one sibling tested; the carry materialises the state
+            w, s, big_q, t, accepted, token = carry
+            x, consider, u_j = xs  # [B] each
+            consider = consider & ~accepted
+            ok = u_j * take_token_prob(big_q, x) * s < take_token_prob(w, x) * t
             reject = consider & ~ok
             accepted = accepted | (consider & ok)
             token = jnp.where(consider & ok, x, token)
@@ -64,7 +62,16 @@ def rrs_rule(replacement: bool) -> NodeRule:
                 kept = reject & (left_mass > 0.0)  # q' without x, unless that leaves no mass
                 big_q = jnp.where(kept[:, None], left, big_q)
                 t = jnp.where(kept, left_mass, t)
-        return accepted, token.astype(jnp.int32), w
+            return (w, s, big_q, t, accepted, token), None
+
+        b = tokens.shape[0]
+        one = jnp.ones((b,), p.dtype)
+        # r = w / s is the residual law (w is also what a rejecting node samples from) and
+        # q' = big_q / t the draft law.
+        carry = (p, one, q, one, jnp.zeros((b,), bool), jnp.full((b,), -1, jnp.int32))
+        xs = (tokens.T, candidates.T, u.T)
+        (w, _, _, _, accepted, token), _ = jax.lax.scan(candidate, carry, xs)
+        return accepted, token, w
 
     return rule
 

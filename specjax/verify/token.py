@@ -10,16 +10,18 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
-    sample_weights,
+    correction_uniforms,
+    sample_with,
     split_key,
     take_row,
     take_token_prob,
     valid_lengths,
 )
+from specjax.verify.rows import map_row_chunks
 
 
 def chain_correction(
-    key: PRNGKey,
+    u: Array,
     tau: Array,
     n: Array,
     weight: Array,
@@ -34,7 +36,7 @@ def chain_correction(
     mass (only possible through float drift) falls back to the target row.
 
     Args:
-      key: PRNG key for the draw.
+      u: ``[B, 2]`` uniforms of the draw (:func:`~specjax.verify.common.correction_uniforms`).
       tau: int32 ``[B]`` accepted tokens.
       n: int32 ``[B]`` valid draft length per row.
       weight: ``[B]`` scale of the target distribution in the residual.
@@ -49,7 +51,7 @@ def chain_correction(
     q_row = take_row(draft_probs, jnp.minimum(tau, l - 1))  # [B, V]
     residual = jnp.maximum(weight[:, None] * p_row - q_row, 0.0)  # [B, V]
     weights = jnp.where((tau < n)[:, None], residual, p_row)
-    return sample_weights(key, weights, p_row)
+    return sample_with(u, weights, p_row)
 
 
 def token_verify(
@@ -79,11 +81,21 @@ def token_verify(
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
     key_u, key_y = split_key(key, 2)
     u = jax.random.uniform(key_u, (b, l), dtype)  # [B, L]
+    u_y = correction_uniforms(key_y, b, dtype)  # [B, 2]
+    return map_row_chunks(token_rows, draft_tokens, draft_probs, target_probs, n, u, u_y)
+
+
+def token_rows(
+    draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array, u: Array, u_y: Array
+) -> VerifyResult:
+    """Token verification given its uniforms: ``u [B, L]`` for the tests, ``u_y [B, 2]`` for
+    the emitted token; inputs validated, float, with valid lengths ``n [B]``."""
+    b, l = draft_tokens.shape
     p_x = take_token_prob(target_probs[:, :l], draft_tokens)  # [B, L]
     q_x = take_token_prob(draft_probs, draft_tokens)  # [B, L]
     valid = (jnp.arange(l)[None, :] < n[:, None]) & (draft_tokens >= 0)
     accept = (u * q_x < p_x) & valid  # [B, L]; q = 0 < p accepts, p = 0 rejects
     tau = jnp.sum(jnp.cumprod(accept.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
-    one = jnp.ones((b,), dtype)
-    next_token = chain_correction(key_y, tau, n, one, draft_probs, target_probs)
+    one = jnp.ones((b,), draft_probs.dtype)
+    next_token = chain_correction(u_y, tau, n, one, draft_probs, target_probs)
     return VerifyResult(tau, next_token, jnp.zeros((b,), jnp.int32))

@@ -15,7 +15,14 @@ import jax
 import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
-from specjax.verify.common import VerifyResult, sample_weights, split_key, take_row
+from specjax.verify.common import (
+    VerifyResult,
+    correction_uniforms,
+    sample_with,
+    split_key,
+    take_row,
+)
+from specjax.verify.rows import map_row_chunks
 
 NodeRule = Callable[[Array, Array, Array, Array, Array], tuple[Array, Array, Array]]
 """``rule(p [B, V], q [B, V], tokens [B, K], candidates [B, K], u [B, K])`` ->
@@ -58,28 +65,54 @@ def tree_walk(
     b, k, l = draft_tokens.shape
     key_u, key_y = split_key(key, 2)
     u = jax.random.uniform(key_u, (b, l, k), draft_probs.dtype)  # [B, L, K]
-    alive = jnp.ones((b, k), bool)  # [B, K]
-    done = jnp.zeros((b,), bool)  # [B] walk stopped on a residual draw
-    tau = jnp.zeros((b,), jnp.int32)
-    weights = jnp.zeros(draft_probs.shape[:1] + draft_probs.shape[-1:], draft_probs.dtype)
-    fallback = weights  # [B, V] the node's target row, used if the residual is empty
-    for d in range(l):
+    u_y = correction_uniforms(key_y, b, draft_probs.dtype)  # [B, 2]
+    walk = lambda *rows: walk_rows(*rows, rule=rule)
+    return map_row_chunks(walk, draft_tokens, draft_probs, target_probs, n, u, u_y)
+
+
+def walk_rows(
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    n: Array,
+    u: Array,
+    u_y: Array,
+    *,
+    rule: NodeRule,
+) -> VerifyResult:
+    """The walk of :func:`tree_walk` given its uniforms: ``u [B, L, K]`` for the node rules and
+    ``u_y [B, 2]`` for the emitted token.
+
+    The depths are a ``lax.scan``, not an unrolled loop: its carry materialises each depth's
+    per-row state, where the unrolled form let XLA:CPU fuse the whole history of accept
+    decisions into every ``[B, V]`` loop and recompute it for each vocabulary entry (40x the
+    read-once time at B = 1, L = 8).
+    """
+    b, k, l = draft_tokens.shape
+
+    def depth(carry, xs):
+        alive, done, tau, weights, fallback = carry
+        d, tokens_d, u_d = xs  # [], [B, K], [B, K]
         rep = first_true(alive)  # [B] any alive path: all share the node's rows
         p_d = take_path_row(target_probs, rep, d)  # [B, V]
         q_d = take_path_row(draft_probs, rep, d)  # [B, V]
-        tokens_d = draft_tokens[:, :, d]  # [B, K]
         candidates = alive & (d < n) & (tokens_d >= 0) & ~done[:, None]
-        accepted, token, residual = rule(p_d, q_d, tokens_d, candidates, u[:, d])
+        accepted, token, residual = rule(p_d, q_d, tokens_d, candidates, u_d)
         accepted = accepted & ~done
         stop = ~done & ~accepted
         weights = jnp.where(stop[:, None], residual, weights)
         fallback = jnp.where(stop[:, None], p_d, fallback)
         alive = jnp.where(accepted[:, None], candidates & (tokens_d == token[:, None]), alive)
         tau = jnp.where(accepted, d + 1, tau)
-        done = done | stop
+        return (alive, done | stop, tau, weights, fallback), None
+
+    rows = jnp.zeros(draft_probs.shape[:1] + draft_probs.shape[-1:], draft_probs.dtype)
+    carry = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
+    xs = (jnp.arange(l), jnp.moveaxis(draft_tokens, 2, 0), jnp.moveaxis(u, 1, 0))
+    (alive, done, tau, weights, fallback), _ = jax.lax.scan(depth, (*carry, rows, rows), xs)
     path = first_true(alive)
     bonus = take_path_row(target_probs, path, l)  # [B, V]
     weights = jnp.where(done[:, None], weights, bonus)
     fallback = jnp.where(done[:, None], fallback, bonus)
-    next_token = sample_weights(key_y, weights, fallback)
+    next_token = sample_with(u_y, weights, fallback)
     return VerifyResult(tau, next_token, path)

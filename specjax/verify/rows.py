@@ -1,0 +1,65 @@
+"""Row chunking: a batched verifier body run a few batch rows at a time on CPU.
+
+Every verifier treats the rows of a batch independently, so ``core(*args)`` on the whole batch
+equals ``core`` on chunks of rows, concatenated. On XLA:CPU the chunked form is several times
+faster once a batch of ``[L, V]`` rows outgrows the caches: a fused elementwise-then-reduce over
+``[64, 4, 131072]`` (block verification's ``Z``) runs about 20x slower than reading its inputs
+once, the same work on chunks of 2 rows about 4x (``scripts/bench_verify.py``). Other backends
+run ``core`` on the whole batch (the choice is made per platform by
+``lax.platform_dependent``, so one program serves both).
+
+The randomness is drawn for the whole batch *before* chunking and passed in, so the outputs are
+the same whether or not a batch is chunked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+from jax import lax
+
+from specjax.typing import Array
+
+CHUNK_BYTES = 4 << 20
+"""Largest chunk of rows (summed over the arguments) kept together on CPU: a few MiB stays in
+the L2/L3 caches with room for the temporaries."""
+
+
+def chunk_rows(batch: int, row_bytes: int, budget: int | None = None) -> int:
+    """Rows per chunk: the largest divisor of ``batch`` whose rows fit in ``budget`` bytes
+    (default :data:`CHUNK_BYTES`), and at least 2 where ``batch`` allows it (chunks of one row
+    make XLA:CPU copy the inputs)."""
+    budget = CHUNK_BYTES if budget is None else budget
+    fits = max(1, budget // max(row_bytes, 1))
+    divisors = [c for c in range(1, batch + 1) if batch % c == 0]
+    best = max(c for c in divisors if c <= fits)
+    if best == 1 and batch > 1:
+        best = min(c for c in divisors if c > 1)
+    return best
+
+
+def map_row_chunks(core: Callable[..., object], *args: Array) -> object:
+    """``core(*args)`` with every argument's leading axis the batch ``B``; on CPU computed over
+    chunks of rows with ``lax.map`` (see the module docstring).
+
+    Args:
+      core: a batched function whose rows do not interact (row b of every output depends only
+        on row b of every argument), returning a pytree of ``[B, ...]`` arrays.
+      *args: arrays ``[B, ...]``.
+
+    Returns:
+      ``core(*args)``.
+    """
+    b = args[0].shape[0]
+    row_bytes = sum(x[0].size * x.dtype.itemsize for x in args)
+    c = chunk_rows(b, row_bytes)
+    if c >= b:
+        return core(*args)
+
+    def chunked(*xs):
+        xs = [x.reshape(b // c, c, *x.shape[1:]) for x in xs]
+        out = lax.map(lambda chunk: core(*chunk), xs)
+        return jax.tree.map(lambda y: y.reshape(b, *y.shape[2:]), out)
+
+    return lax.platform_dependent(*args, cpu=chunked, default=core)

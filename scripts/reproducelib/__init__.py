@@ -1,0 +1,19 @@
+"""What ``scripts/reproduce.py`` runs: the papers' claims, each measured with specjax's public API.
+
+Scripts run with ``scripts/`` on ``sys.path`` and ``import reproducelib``. One module per concept:
+
+* :mod:`.claims`: a claim row (paper, claim, measurement, verdict), the claim table, number
+  formatting;
+* :mod:`.chain_exact`: exact laws of the chain verifiers by enumeration (the BV paper's toy
+  example, ALGORITHMS.md §3's golden values), the full-joint optimum by linear programming, and
+  a drafted block's exact expected accepted length;
+* :mod:`.multidraft_exact`: exact single-step acceptance rates of the multi-draft verifiers for
+  any vocabulary (closed forms, checked against the NumPy reference laws);
+* :mod:`.pairs`: the model pairs (the committed Shakespeare pair, SmolLM2 with a layer-truncated
+  self-draft) and their prompts;
+* :mod:`.observe`: real block-verification decoding that also returns, per step, each chain
+  verifier's exact expected accepted length on the step's draft;
+* one module per claim group: :mod:`.toy` (claim 1), :mod:`.bv_token` (2), :mod:`.gbv` (3),
+  :mod:`.multidraft` (4), :mod:`.ssd` (5);
+* :mod:`.plots` (the PNGs) and :mod:`.report` (the header and the assembled REPRODUCTION.md).
+"""

@@ -1,0 +1,128 @@
+"""Real chain decoding that also reports, per step, each chain verifier's exact expected
+accepted length on the step's drafts.
+
+:func:`observe` decodes as :func:`specjax.decode.generate` does (the same prefill and the same
+step: draft, one target forward, verify, commit), one compiled step per call from Python, and
+hands back every step's drafted blocks with the draft's and the target's laws along them. From
+those the host computes ``E[tau | block]`` under token and under block verification
+(:func:`reproducelib.chain_exact.token_expected` / ``block_expected``): a paired comparison of
+the two rules on the same contexts and the same drafts, with no verifier randomness in it.
+
+With ``paths = M > 1`` the drafter proposes M i.i.d. blocks per step; all M are scored (their
+mean estimates E over drafts at that context M times more precisely), and the real verifier
+decodes block 0, which is distributed as the one block of a K = 1 drafter. With ``paths = 1`` the
+step is :func:`specjax.decode.speculative_step` itself: same seed, same tokens as ``generate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from reproducelib import chain_exact
+from specjax import sampling, tree
+from specjax.decode import (
+    DecodeConfig,
+    outputs,
+    prefill_program,
+    prepare,
+    split_keys,
+    tree_inputs,
+    verify_and_commit,
+)
+from specjax.drafters import ModelDrafter
+from specjax.drafters.base import Draft
+
+_prefill = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _observed_step(target, drafter, state, config):
+    """:func:`specjax.decode.speculative_step` (same keys, same calls) on path 0, plus every
+    drafted path, its draft laws and the target's laws along it."""
+    keys, k_draft, k_verify = split_keys(state.keys, 3)
+    draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
+    k_paths, l_len = draft.tokens.shape[1:]
+    feed, positions, mask = tree_inputs(state, draft.tokens)
+    logits, _ = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
+    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, 1 + K L, V]
+    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L+1, V]
+    chain = Draft(draft.tokens[:, :1], draft.probs[:, :1], draft.num_draft[:, :1])
+    new, path, tau = verify_and_commit(target, state.replace(keys=keys), chain, k_verify, config)
+    draft_state = drafter.commit(
+        state.draft_state, draft_state, state.lengths, path, tau, ~state.done
+    )
+    seen = (draft.tokens, draft.probs, target_probs, tau, ~state.done)
+    return new.replace(draft_state=draft_state), seen
+
+
+@dataclasses.dataclass
+class Observed:
+    """Per active row-step: the expected accepted lengths (means over the step's M blocks) and
+    the real one.
+
+    Attributes:
+      e_token: E[tau | block] under token verification ``[N]``.
+      e_block: the same under block verification ``[N]``.
+      tau: tau the real verifier drew ``[N]``.
+      tokens: generated ids per row.
+    """
+
+    e_token: np.ndarray
+    e_block: np.ndarray
+    tau: np.ndarray
+    tokens: list[list[int]]
+
+    @staticmethod
+    def concat(runs: list[Observed]) -> Observed:
+        cat = lambda name: np.concatenate([getattr(r, name) for r in runs])
+        return Observed(
+            cat("e_token"), cat("e_block"), cat("tau"), [t for r in runs for t in r.tokens]
+        )
+
+    def paired(self) -> tuple[float, float]:
+        """(mean, standard error) of e_block - e_token over steps."""
+        d = self.e_block - self.e_token
+        return float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
+
+
+def observe(target, drafter: ModelDrafter, prompts, config: DecodeConfig, seed: int) -> Observed:
+    """Decodes ``prompts`` with ``config`` (a chain verifier); ``drafter`` proposes M i.i.d.
+    paths (``drafter.num_paths``), path 0 is verified."""
+    if config.multipath or not drafter.replacement:
+        raise ValueError("observe verifies one chain of i.i.d. draft paths (a chain verifier)")
+    checks = config if drafter.num_paths == 1 else dataclasses.replace(config, verifier="gbv")
+    b = prepare(target, drafter, prompts, checks)  # sizes the caches for all M paths
+    state = _prefill(
+        target,
+        drafter,
+        b.prompts,
+        b.lengths,
+        b.active,
+        np.int32(seed),
+        capacity=b.capacity,
+        buffer=b.buffer,
+    )
+    e_token, e_block, taus = [], [], []
+    while not bool(np.all(jax.device_get(state.done))):
+        state, seen = _observed_step(target, drafter, state, config)
+        tokens, q_rows, p_rows, tau, active = (np.asarray(x) for x in jax.device_get(seen))
+        for row in np.flatnonzero(active):
+            blocks = [
+                (
+                    tokens[row, k],
+                    q_rows[row, k].astype(np.float64),
+                    p_rows[row, k].astype(np.float64),
+                )
+                for k in range(tokens.shape[1])
+            ]
+            e_token.append(np.mean([chain_exact.token_expected(*blk) for blk in blocks]))
+            e_block.append(np.mean([chain_exact.block_expected(*blk) for blk in blocks]))
+            taus.append(int(tau[row]))
+    return Observed(
+        np.asarray(e_token), np.asarray(e_block), np.asarray(taus), outputs(state, b.rows)
+    )

@@ -31,7 +31,14 @@ setup(
             "pytest>=8.0",
             "scipy>=1.11",
             "ruff>=0.6",
+            # tests/test_notebooks.py runs the colab/ notebooks (the [notebooks] extra).
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "matplotlib>=3.8",
         ],
+        # Running the colab/ notebooks locally (python colab/build.py --execute, or jupyter).
+        "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "matplotlib>=3.8"],
         # Parity tests against transformers (tests/test_peer_parity.py) and the PyTorch columns
         # of scripts/bench_model.py. Only this torch: any other version pulls CUDA packages.
         # accelerate: transformers needs it to load a GGUF file.

@@ -83,19 +83,24 @@ def walk_rows(
     """The walk of :func:`tree_walk` given its uniforms: ``u [B, L, K]`` for the node rules and
     ``u_y [B, 2]`` for the emitted token.
 
-    The depths are a ``lax.scan``, not an unrolled loop: its carry materialises each depth's
-    per-row state, where the unrolled form let XLA:CPU fuse the whole history of accept
-    decisions into every ``[B, V]`` loop and recompute it for each vocabulary entry (40x the
-    read-once time at B = 1, L = 8).
+    The depths are a ``lax.while_loop`` that stops once every row's walk has stopped (the
+    depths below cannot change the result), and its carry materialises each depth's per-row
+    state: unrolled, XLA:CPU fused the whole history of accept decisions into every ``[B, V]``
+    loop and recomputed it for each vocabulary entry (40x the read-once time at B = 1, L = 8).
     """
     b, k, l = draft_tokens.shape
 
-    def depth(carry, xs):
-        alive, done, tau, weights, fallback = carry
-        d, tokens_d, u_d = xs  # [], [B, K], [B, K]
+    def open_(carry):
+        d, _, done, *_ = carry
+        return (d < l) & ~jnp.all(done)
+
+    def depth(carry):
+        d, alive, done, tau, weights, fallback = carry
         rep = first_true(alive)  # [B] any alive path: all share the node's rows
         p_d = take_path_row(target_probs, rep, d)  # [B, V]
         q_d = take_path_row(draft_probs, rep, d)  # [B, V]
+        tokens_d = jax.lax.dynamic_index_in_dim(draft_tokens, d, axis=2, keepdims=False)
+        u_d = jax.lax.dynamic_index_in_dim(u, d, axis=1, keepdims=False)  # [B, K]
         candidates = alive & (d < n) & (tokens_d >= 0) & ~done[:, None]
         accepted, token, residual = rule(p_d, q_d, tokens_d, candidates, u_d)
         accepted = accepted & ~done
@@ -104,12 +109,12 @@ def walk_rows(
         fallback = jnp.where(stop[:, None], p_d, fallback)
         alive = jnp.where(accepted[:, None], candidates & (tokens_d == token[:, None]), alive)
         tau = jnp.where(accepted, d + 1, tau)
-        return (alive, done | stop, tau, weights, fallback), None
+        return d + 1, alive, done | stop, tau, weights, fallback
 
     rows = jnp.zeros(draft_probs.shape[:1] + draft_probs.shape[-1:], draft_probs.dtype)
-    carry = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
-    xs = (jnp.arange(l), jnp.moveaxis(draft_tokens, 2, 0), jnp.moveaxis(u, 1, 0))
-    (alive, done, tau, weights, fallback), _ = jax.lax.scan(depth, (*carry, rows, rows), xs)
+    flags = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
+    carry = (jnp.zeros((), jnp.int32), *flags, rows, rows)
+    _, alive, done, tau, weights, fallback = jax.lax.while_loop(open_, depth, carry)
     path = first_true(alive)
     bonus = take_path_row(target_probs, path, l)  # [B, V]
     weights = jnp.where(done[:, None], weights, bonus)

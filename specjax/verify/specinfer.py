@@ -35,13 +35,17 @@ def rrs_rule(replacement: bool) -> NodeRule:
     The laws are kept unnormalised with ``[B]`` normalisers (r = W / s, q' = Q / t), so a
     rejection costs one fused pass over V (the new weights and their mass) instead of
     normalising whole rows: ``max(r - q', 0) = max(W - (s / t) Q, 0) / s`` and the test
-    ``u q'(x) < r(x)`` is ``u Q(x) s < W(x) t``. The first candidate sees s = t = 1 exactly,
-    so K = 1 is token verification bit for bit.
+    ``u q'(x) < r(x)`` is ``u Q(x) s < W(x) t``. With replacement the residual weights after
+    any number of rejections are ``W = max(p - c q, 0)`` for one scalar c per row (c = 0, then
+    c <- c + s at each rejection), so a candidate costs one fused reduction over p and q and
+    W is written once, at the end. The first candidate sees s = t = 1 and c = 0 exactly, so
+    K = 1 is token verification bit for bit.
     """
+    if replacement:
+        return rrs_iid
 
     def rule(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
-        if not replacement:
-            candidates = dedupe_siblings(tokens, candidates)
+        candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
 
         def candidate(carry, xs):  # one sibling tested; the carry materialises the state
@@ -56,12 +60,11 @@ def rrs_rule(replacement: bool) -> NodeRule:
             mass = jnp.sum(raw, axis=-1)  # [B]
             moved = reject & (mass > 0.0)  # an empty residual (float drift) keeps r
             w, s = jnp.where(moved[:, None], raw, w), jnp.where(moved, mass, s)
-            if not replacement:
-                left = jnp.where(vocab == x[:, None], 0.0, big_q)
-                left_mass = jnp.sum(left, axis=-1)
-                kept = reject & (left_mass > 0.0)  # q' without x, unless that leaves no mass
-                big_q = jnp.where(kept[:, None], left, big_q)
-                t = jnp.where(kept, left_mass, t)
+            left = jnp.where(vocab == x[:, None], 0.0, big_q)
+            left_mass = jnp.sum(left, axis=-1)
+            kept = reject & (left_mass > 0.0)  # q' without x, unless that leaves no mass
+            big_q = jnp.where(kept[:, None], left, big_q)
+            t = jnp.where(kept, left_mass, t)
             return (w, s, big_q, t, accepted, token), None
 
         b = tokens.shape[0]
@@ -74,6 +77,31 @@ def rrs_rule(replacement: bool) -> NodeRule:
         return accepted, token, w
 
     return rule
+
+
+def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
+    """:func:`rrs_rule` with replacement: residual weights ``max(p - c q, 0)``, mass s."""
+
+    def candidate(carry, xs):  # one sibling tested; the carry materialises the state
+        c, s, accepted, token = carry
+        x, consider, u_j = xs  # [B] each
+        consider = consider & ~accepted
+        q_x = take_token_prob(q, x)
+        w_x = jnp.maximum(take_token_prob(p, x) - c * q_x, 0.0)
+        ok = u_j * q_x * s < w_x
+        reject = consider & ~ok
+        accepted = accepted | (consider & ok)
+        token = jnp.where(consider & ok, x, token)
+        c_next = c + s
+        mass = jnp.sum(jnp.maximum(p - c_next[:, None] * q, 0.0), axis=-1)  # [B]
+        moved = reject & (mass > 0.0)  # an empty residual (float drift) keeps r
+        return (jnp.where(moved, c_next, c), jnp.where(moved, mass, s), accepted, token), None
+
+    b = tokens.shape[0]
+    zero = jnp.zeros((b,), p.dtype)
+    carry = (zero, zero + 1.0, jnp.zeros((b,), bool), jnp.full((b,), -1, jnp.int32))
+    (c, _, accepted, token), _ = jax.lax.scan(candidate, carry, (tokens.T, candidates.T, u.T))
+    return accepted, token, jnp.maximum(p - c[:, None] * q, 0.0)
 
 
 def specinfer_verify(

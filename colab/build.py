@@ -55,9 +55,9 @@ if "google.colab" in sys.modules:
         os.chdir("{name}")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "."], check=True)
     sys.path.insert(0, os.getcwd())  # this kernel started before the install
+    print("specjax installed from", os.getcwd())
 elif not Path("checkpoints/shakespeare").is_dir() and Path("../checkpoints/shakespeare").is_dir():
-    os.chdir("..")  # the kernel started in colab/
-print("working directory:", os.getcwd())"""
+    os.chdir("..")  # the kernel started in colab/"""
 
 
 def names() -> list[str]:

@@ -10,7 +10,7 @@
 # |---|---|---|
 # | `token` | one chain `[B, L]` | standard speculative sampling |
 # | `block` | one chain | block verification: optimal for one chain |
-# | `specinfer` | K paths `[B, K, L]` | recursive rejection sampling, paths i.i.d. or without replacement |
+# | `specinfer` | K paths `[B, K, L]` | recursive rejection sampling (i.i.d. paths, or not) |
 # | `spectr` | K paths | SpecTr k-SEQ |
 # | `gbv` | K paths | greedy multi-path block verification |
 #
@@ -115,8 +115,11 @@ for name, (args, fn) in runs.items():
     result = jax.jit(fn)(k_verify, args)
     counts = np.bincount(first_two(k_next, args[0], result), minlength=V * V)
     laws[name] = counts / N
-    print(f"{name:22}{tv(counts):>12.4f}{chi2(counts):>12.1f}{result.num_accepted.mean() + 1:>12.3f}")
-direct = np.bincount(np.asarray(jax.random.choice(k_direct, V * V, (N,), p=target_law)), minlength=V * V)
+    efficiency = float(result.num_accepted.mean()) + 1
+    print(f"{name:22}{tv(counts):>12.4f}{chi2(counts):>12.1f}{efficiency:>12.3f}")
+direct = np.bincount(
+    np.asarray(jax.random.choice(k_direct, V * V, (N,), p=target_law)), minlength=V * V
+)
 print(f"{'direct target sample':22}{tv(direct):>12.4f}{chi2(direct):>12.1f}")
 
 # %% [markdown]
@@ -199,8 +202,10 @@ optimal = jax.jit(verify.optimal_acceptance, static_argnums=(2, 3))
 fraction = {name: [] for name in multi}
 block_eff = {name: [] for name in multi}
 for name in FAMILIES:
-    drafts = {r: synthetic.sample_draft(key, family(name), ROWS, K_SYN, L_SYN, replacement=r)
-              for r in (True, False)}
+    drafts = {
+        r: synthetic.sample_draft(key, family(name), ROWS, K_SYN, L_SYN, replacement=r)
+        for r in (True, False)
+    }
     p, q = drafts[True].target_probs[:, 0, 0], drafts[True].draft_probs[:, 0, 0]  # the root
     alpha = {r: float(optimal(p, q, K_SYN, r).mean()) for r in (True, False)}
     print(f"{name}: alpha* = {alpha[True]:.3f} (i.i.d.), {alpha[False]:.3f} (w/o replacement)")
@@ -208,8 +213,10 @@ for name in FAMILIES:
         tau = fn(key, *drafts[repl]).num_accepted
         fraction[vname].append(float((tau >= 1).mean()) / alpha[repl])
         block_eff[vname].append(float(tau.mean()) + 1)
-        print(f"   {vname:20} P(tau >= 1) / alpha* = {fraction[vname][-1]:.3f}   "
-              f"block efficiency {block_eff[vname][-1]:.3f}")
+        print(
+            f"   {vname:20} P(tau >= 1) / alpha* = {fraction[vname][-1]:.3f}   "
+            f"block efficiency {block_eff[vname][-1]:.3f}"
+        )
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))

@@ -84,9 +84,11 @@ def report(name, runs, baseline):
     for i, (g, b) in enumerate(zip(runs, baseline, strict=True)):
         m = g.metrics.with_speedup(b.metrics.seconds)
         decode = m.decode_tokens_per_second / b.metrics.decode_tokens_per_second
-        print(f"{name}, prompt {i}: block efficiency {m.block_efficiency:.2f}, "
-              f"{m.decode_tokens_per_second:5.1f} decode tokens/s, speedup {m.speedup:.2f}x "
-              f"end to end, {decode:.2f}x decoding")
+        print(
+            f"{name}, prompt {i}: block efficiency {m.block_efficiency:.2f}, "
+            f"{m.decode_tokens_per_second:5.1f} decode tokens/s, speedup {m.speedup:.2f}x "
+            f"end to end, {decode:.2f}x decoding"
+        )
     same = [g.tokens for g in runs] == [b.tokens for b in baseline]
     print(f"{name} output == autoregressive output: {same}")
 

@@ -54,8 +54,8 @@ params = {
 }
 print(f"\n{'parameter':24}{'global shape':>16}  {'PartitionSpec':28}{'per-device shard':>18}")
 for name, x in params.items():
-    spec = str(x.sharding.spec)
-    print(f"{name:24}{str(x.shape):>16}  {spec:28}{str(sharding.shard_shapes(x)[0]):>18}")
+    shard = sharding.shard_shapes(x)[0]
+    print(f"{name:24}{x.shape!s:>16}  {x.sharding.spec!s:28}{shard!s:>18}")
 
 # %% [markdown]
 # Q/K/V are column-parallel (heads split over `model`: 8 query heads → 2 per device), the
@@ -84,7 +84,7 @@ rows = [
     ("tokens [B, T]", state.tokens, shapes.tokens),
 ]
 for name, s, x in rows:
-    print(f"{name:34}{str(x.shape):>24}  {s.spec!s:36} shard {s.shard_shape(x.shape)}")
+    print(f"{name:34}{x.shape!s:>24}  {s.spec!s:36} shard {s.shard_shape(x.shape)}")
 
 # %% [markdown]
 # The caches split rows over `data` and KV heads over `model` (4 KV heads → 1 per device); the

@@ -48,7 +48,8 @@ greedy = SamplingParams(temperature=0.0)
 config = DecodeConfig("greedy", greedy, max_new_tokens=NEW_TOKENS)
 fan_out = geometric_fan_out(10, L, alpha=0.8)  # C = 10 branches per row
 print("geometric fan-out for C = 10, F_0..F_4 =", fan_out)
-out = generate_ssd(target.model, prompts, config, SSDDrafter(draft.model, greedy, SSDConfig(fan_out)))
+drafter = SSDDrafter(draft.model, greedy, SSDConfig(fan_out=fan_out))
+out = generate_ssd(target.model, prompts, config, drafter)
 auto = generate(target.model, prompts, DecodeConfig("autoregressive", greedy, NEW_TOKENS))
 print("SSD output == autoregressive output:", out.tokens == auto.tokens)
 print(out.metrics.table())
@@ -84,10 +85,12 @@ for temperature in (0.0, 1.0):
                 g = generate_ssd(target.model, prompts, cfg, drafter, seed=0)
                 rates = ssd_rates(g.ssd)
                 seen[temperature, fan] = rates["ssd_hit_rate"]
-                print(f"T={temperature:g} C={c:2} F={fan!s:18} hit rate "
-                      f"{rates['ssd_hit_rate']:.3f}  rounds served from cache "
-                      f"{rates['ssd_served_from_cache']:.3f}  block efficiency "
-                      f"{g.metrics.block_efficiency:.2f}")
+                print(
+                    f"T={temperature:g} C={c:2} F={fan!s:18} hit rate "
+                    f"{rates['ssd_hit_rate']:.3f}  rounds served from cache "
+                    f"{rates['ssd_served_from_cache']:.3f}  block efficiency "
+                    f"{g.metrics.block_efficiency:.2f}"
+                )
             hits.append(seen[temperature, fan])
         results[(temperature, family)] = hits
 

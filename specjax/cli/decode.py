@@ -79,7 +79,7 @@ def build(cfg, mesh=None, draft_mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
-    target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh)
+    target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh, role="target")
     if tokenizer is None:
         raise ValueError(
             f"target {cfg.target} has no tokenizer, so prompts cannot be encoded; give a model "
@@ -109,7 +109,7 @@ def build(cfg, mesh=None, draft_mesh=None):
         else:
             replicated = cfg.draft_placement == "replicated"
             where = mesh if draft_mesh is None else draft_mesh
-            draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated)
+            draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated, role="draft")
         if cfg.mode == "ssd":
             drafter = SSDDrafter(PureModel.of(draft_module), sampling, validate.ssd_config(cfg))
         else:

@@ -26,7 +26,9 @@ from specjax.models.safetensors_loader import load_safetensors
 from specjax.models.tokenizer import ByteTokenizer
 
 
-def load_model(path: str, dtype: str = "", mesh=None, replicated: bool = False):
+def load_model(
+    path: str, dtype: str = "", mesh=None, replicated: bool = False, role: str = "model"
+):
     """A model and its tokenizer from a source name.
 
     Args:
@@ -37,6 +39,7 @@ def load_model(path: str, dtype: str = "", mesh=None, replicated: bool = False):
       mesh: a device mesh to place the parameters on, or None for one device.
       replicated: with a mesh, replicate the parameters instead of splitting them
         (tensor parallelism over ``model``).
+      role: what the model is (``"target"``, ``"draft"``), named in errors.
 
     Returns:
       ``(Llama, tokenizer)``; the tokenizer is None for a checkpoint saved without one.
@@ -50,7 +53,7 @@ def load_model(path: str, dtype: str = "", mesh=None, replicated: bool = False):
         module = random_model(int(path.split(":", 1)[1]))
         if mesh is not None:
             if not replicated:
-                sharding.check_model(module.config, mesh)
+                sharding.check_model(module.config, mesh, role)
             sharding.shard_module(module, mesh, replicated)
         return module, ByteTokenizer()
     if path == "smollm2":
@@ -61,7 +64,7 @@ def load_model(path: str, dtype: str = "", mesh=None, replicated: bool = False):
             "a Hugging Face directory, 'smollm2' or 'random:<seed>'"
         )
     if mesh is not None:
-        return load_on_mesh(path, dtype or None, mesh, replicated)
+        return load_on_mesh(path, dtype or None, mesh, replicated, role)
     pre = load_pretrained(path, dtype or None)
     return pre.model, pre.tokenizer
 
@@ -70,7 +73,7 @@ def _abstract(config) -> Llama:
     return nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
 
 
-def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False):
+def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False, role: str = "model"):
     """``(Llama, tokenizer)`` with every parameter on ``mesh`` (tensor-parallel by the logical
     axis rules, or replicated).
 
@@ -82,14 +85,14 @@ def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False):
         meta = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
         config = checkpoint.config_from_json(meta)
         if not replicated:
-            sharding.check_model(config, mesh)
+            sharding.check_model(config, mesh, role)
         shardings = sharding.param_shardings(_abstract(config), mesh, replicated)
         pre = load_pretrained(path, dtype, sharding=shardings)
         return pre.model, pre.tokenizer
     loader = load_gguf if kind == "gguf" else load_safetensors
     config, params, tokenizer = loader(path, dtype)
     if not replicated:
-        sharding.check_model(config, mesh)
+        sharding.check_model(config, mesh, role)
     shardings = nnx.to_pure_dict(sharding.param_shardings(_abstract(config), mesh, replicated))
     cast = lambda x: np.asarray(x, config.weight_dtype)  # on the host, before placing
     placed = jax.tree.map(lambda x, s: sharding.put(cast(x), s), params, shardings)

@@ -19,11 +19,8 @@
 # %%
 import matplotlib.pyplot as plt
 
-from specjax.decode import DecodeConfig, generate, generate_ssd
-from specjax.decode.ssd import ssd_rates
-from specjax.drafters.fanout import geometric_fan_out, uniform_fan_out
-from specjax.drafters.speculation import SSDConfig
-from specjax.drafters.ssd import SSDDrafter
+from specjax.decode import DecodeConfig, generate, generate_ssd, ssd_rates
+from specjax.drafters import SSDConfig, SSDDrafter, geometric_fan_out, uniform_fan_out
 from specjax.models import load_pretrained
 from specjax.sampling import SamplingParams
 

@@ -36,7 +36,7 @@ from specjax.decode.loop import (
     state_shardings,
 )
 from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.ssd import generate_ssd, verify_round
+from specjax.decode.ssd import generate_ssd, ssd_counts, ssd_rates, ssd_table, verify_round
 from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
     autoregressive_step,
@@ -77,6 +77,9 @@ __all__ = [
     "prepare",
     "speculative_step",
     "split_keys",
+    "ssd_counts",
+    "ssd_rates",
+    "ssd_table",
     "state_shardings",
     "step",
     "tree_inputs",

@@ -95,7 +95,8 @@ def test_quick_run_writes_the_report(tmp_path):
     assert re.search(r"10/9, 11/9, 12/9 by exact enumeration", text)
 
     # A claim row per claim, each with a verdict and a section link.
-    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]
+    table = text.split("| # | paper | claim |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if re.match(r"\| \d+ \| ", line)]
     assert len(rows) >= 15
     verdicts = ("holds", "does not hold", "partly", "not measured here")
     assert all(any(f"**{v}**" in row for v in verdicts) for row in rows)

@@ -33,6 +33,7 @@ def _toy(plt, data):
     ax.set_title("BV toy example: p = (1/3, 2/3), q = (2/3, 1/3)", fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
     return fig
 
 
@@ -47,6 +48,7 @@ def _bv_token(plt, data):
     ax.set_xlabel("block efficiency (exact expectation on the same drafts)")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
     return fig
 
 
@@ -89,7 +91,7 @@ def _multidraft(plt, data):
         ax.set_title(f"n = {n} drafts: α / α* per logged position", fontsize="medium")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, loc="lower left")
-    axes[0][0].set_ylabel("acceptance / optimal acceptance (1st-99th percentile whiskers)")
+    axes[0][0].set_ylabel("α / α* (whiskers: 1st–99th percentile)")
     fig.tight_layout()
     return fig
 

@@ -45,6 +45,7 @@ def _timed(section_fn, *args):
 def main(argv):
     del argv
     start, load = time.perf_counter(), os.getloadavg()[0]
+    revision = report.git_revision()  # the code measured, read before any output is written
     compile_cache.configure(_CACHE.value)
     settings = QUICK if _QUICK.value else FULL
     loaded = {"shakespeare": pairs.shakespeare(settings.batch)}
@@ -62,7 +63,13 @@ def main(argv):
     drawn = plots.write(sections, _PLOT_DIR.value) if _PLOT_DIR.value else {}
     seconds = time.perf_counter() - start
     text = report.assemble(
-        sections, settings, seconds, (load, os.getloadavg()[0]), drawn, _OUTPUT.value or None
+        sections,
+        settings,
+        seconds,
+        (load, os.getloadavg()[0]),
+        drawn,
+        _OUTPUT.value or None,
+        revision,
     )
     benchlib.write_report(text, _OUTPUT.value or None)
 

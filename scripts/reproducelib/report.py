@@ -21,13 +21,14 @@ measure it (said why). Every figure is produced by the command above; the sectio
 
 
 def git_revision() -> str:
-    """``<short hash>`` of HEAD, ``+ local changes`` when the tree differs from it."""
+    """``<short hash>`` of HEAD, ``+ local changes`` when the code differs from it (the
+    outputs, REPRODUCTION.md and benchmarks/, do not count)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *OUTPUTS],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -37,11 +38,14 @@ def git_revision() -> str:
     return f"{head}{' + local changes' if dirty else ''}" if head else "unknown"
 
 
-def header(settings: Settings, seconds: float, load: tuple[float, float]) -> str:
+OUTPUTS = (":!REPRODUCTION.md", ":!benchmarks")
+
+
+def header(settings: Settings, seconds: float, load: tuple[float, float], revision: str) -> str:
     now = datetime.datetime.now(datetime.UTC)
     return (
         f"`{benchlib.command()}` on {benchlib.machine(verbose=True)}; {os.cpu_count()} "
-        f"cores, no GPU; {now:%Y-%m-%d %H:%M} UTC; specjax {git_revision()}; {settings.mode} "
+        f"cores, no GPU; {now:%Y-%m-%d %H:%M} UTC; specjax {revision}; {settings.mode} "
         f"mode, {seconds:.0f} s in all; 1-minute load average {load[0]:.1f} at the start, "
         f"{load[1]:.1f} at the end (above {os.cpu_count()}: other jobs shared the CPUs)."
     )
@@ -58,13 +62,14 @@ def assemble(
     load: tuple[float, float],
     plots: dict[int, str],
     output: str | None,
+    revision: str,
 ) -> str:
     """The whole report; plot links are relative to ``output``'s directory."""
     claims = [c for s in sections for c in s.claims]
     base = os.path.dirname(os.path.abspath(output)) if output else os.getcwd()
     parts = [
         "# Reproducing the papers' claims",
-        header(settings, seconds, load),
+        header(settings, seconds, load, revision),
         "```bash\n" + benchlib.command() + "\n```",
         f"**{tally(claims)}.**",
         claim_table(claims),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specjax import verify
-from specjax.verify import rows
+from specjax.verify import gbv, rows
 from specjax.verify.gbv import kappa_order
 from specjax.verify.spectr import spectr_rho
 
@@ -28,6 +28,11 @@ def test_kappa_order_is_the_stable_argsort(vocab):
     kappa = jnp.asarray(keys_with_ties(rng, 3, vocab), jnp.float32)
     want = jnp.argsort(kappa, axis=-1, stable=True)
     np.testing.assert_array_equal(jax.jit(kappa_order)(kappa), want)
+    # Both forms: one 64-bit sort (CPU, GPU) and the digit passes (other platforms).
+    np.testing.assert_array_equal(jax.jit(gbv._order_packed64)(kappa), want)
+    np.testing.assert_array_equal(jax.jit(gbv._order_digits)(kappa), want)
+    batched = jnp.stack([kappa, kappa[::-1]])  # [2, 3, V]: leading axes are rows too
+    np.testing.assert_array_equal(jax.jit(kappa_order)(batched)[1], want[::-1])
 
 
 def test_kappa_order_in_float64():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -62,33 +63,62 @@ def mass_below(kappa: Array, q: Array, tokens: Array) -> Array:
 
 def kappa_order(kappa: Array) -> Array:
     """``jnp.argsort(kappa, stable=True)`` (ascending; ties: smaller index first), exactly, in
-    a few single-operand integer sorts.
+    single-operand integer sorts.
 
-    XLA sorts one integer operand several times faster than a (key, index) pair. The key's bits
-    (non-negative floats order like their bit patterns) are sorted least significant digit
-    first, each digit packed with the current position into one word: every pass is stable,
-    so after the last one the order is by (kappa, index). 2 passes for V <= 2^16 (float32), 3
-    up to 2^17.
+    XLA sorts one integer operand several times faster than a (key, index) pair, so the key's
+    bits (non-negative floats order like their bit patterns) are packed with the token index
+    into one word. For float32 keys on CPU and GPU that is one sort of 64-bit words (32 key
+    bits, 32 index bits), which XLA:CPU sorts as fast as 32-bit ones; elsewhere, and for
+    float64 keys, the bits are sorted least significant digit first in 32-bit (64-bit) words,
+    each digit packed with the current position: every pass is stable, so after the last one
+    the order is by (kappa, index) (2 passes for float32 and V <= 2^16).
 
     Args:
-      kappa: ``[B, V]`` non-negative ranking keys (+inf allowed, no NaN).
+      kappa: ``[..., V]`` non-negative ranking keys (+inf allowed, no NaN).
 
     Returns:
-      int32 ``[B, V]``: the token at each rank.
+      int32 ``[..., V]``: the token at each rank.
     """
-    b, v = kappa.shape
+    if kappa.dtype == jnp.float32:
+        rows = kappa.reshape(-1, kappa.shape[-1])
+        order = lax.platform_dependent(
+            rows, cpu=_order_packed64, cuda=_order_packed64, default=_order_digits
+        )
+        return order.reshape(kappa.shape)
+    return _order_digits(kappa)
+
+
+def _key_bits(kappa: Array, utype) -> Array:
+    """The keys' bit patterns (``+0.0`` for ``-0.0``), ordered like the keys."""
+    return lax.bitcast_convert_type(jnp.where(kappa > 0.0, kappa, 0.0), utype)
+
+
+def _order_packed64(kappa: Array) -> Array:
+    """:func:`kappa_order` for float32 ``[R, V]``: one sort of ``key bits << 32 | index``."""
+    v = kappa.shape[-1]
+    bits = _key_bits(kappa, jnp.uint32)
+    with jax.enable_x64(True):  # 64-bit words inside this block only; the result is int32
+        index = jnp.arange(v, dtype=jnp.uint64)
+        packed = (bits.astype(jnp.uint64) << jnp.uint64(32)) | index
+        rank = lax.sort(packed, dimension=kappa.ndim - 1) & jnp.uint64(0xFFFFFFFF)
+        return rank.astype(jnp.int32)
+
+
+def _order_digits(kappa: Array) -> Array:
+    """:func:`kappa_order` in word-sized sorts of (key digit, position), LSD first."""
+    v = kappa.shape[-1]
     word = jnp.finfo(kappa.dtype).bits  # 32, or 64 under x64
     utype = jnp.uint32 if word == 32 else jnp.uint64
-    bits = lax.bitcast_convert_type(jnp.where(kappa > 0.0, kappa, 0.0), utype)  # no -0.0
+    bits = _key_bits(kappa, utype)
     index_bits = max(1, math.ceil(math.log2(v)))
     width = word - index_bits  # key bits per pass
-    position = jnp.broadcast_to(jnp.arange(v, dtype=utype), (b, v))
+    position = jnp.broadcast_to(jnp.arange(v, dtype=utype), kappa.shape)
     order = None
     for shift in range(0, word - 1, width):  # the sign bit is 0
         digit = (bits >> utype(shift)) & utype((1 << width) - 1)
         if order is not None:
             digit = jnp.take_along_axis(digit, order, axis=-1)  # in the current order
-        packed = lax.sort((digit << utype(index_bits)) | position, dimension=1)
+        packed = lax.sort((digit << utype(index_bits)) | position, dimension=kappa.ndim - 1)
         rank = (packed & utype((1 << index_bits) - 1)).astype(jnp.int32)
         order = rank if order is None else jnp.take_along_axis(order, rank, axis=-1)
     return order
@@ -98,17 +128,18 @@ def skewed_draft(p: Array, q: Array, r: Array, num_paths: int) -> Array:
     """Law of the next token of the maximum of K i.i.d. paths given that it passes the node.
 
     Args:
-      p: ``[B, V]`` target distribution at the node.
-      q: ``[B, V]`` draft distribution at the node.
-      r: ``[B]`` A / qj for the node (0 at the root).
+      p: ``[..., V]`` target distribution at the node.
+      q: ``[..., V]`` draft distribution at the node.
+      r: ``[...]`` A / qj for the node (0 at the root).
       num_paths: K.
 
     Returns:
-      ``[B, V]`` q_skew, normalised (falls back to q if it has no mass).
+      ``[..., V]`` q_skew, normalised (falls back to q if it has no mass).
     """
-    kappa = ranking_key(p, q)
-    order = kappa_order(kappa)  # ascending; ties: smaller index first
-    q_sorted = jnp.take_along_axis(q, order, axis=-1)  # [B, V]
+    shape = q.shape
+    p, q, r = p.reshape(-1, shape[-1]), q.reshape(-1, shape[-1]), r.reshape(-1)  # [R, V], [R]
+    order = kappa_order(ranking_key(p, q))  # [R, V] ascending; ties: smaller index first
+    q_sorted = jnp.take_along_axis(q, order, axis=-1)  # [R, V]
     cdf = jnp.cumsum(q_sorted, axis=-1)  # inclusive
     scale = 1.0 / (r[:, None] + 1.0)
     a = jnp.clip((r[:, None] + cdf) * scale, 0.0, 1.0)
@@ -117,13 +148,17 @@ def skewed_draft(p: Array, q: Array, r: Array, num_paths: int) -> Array:
     skew_sorted = q_sorted * scale * geometric  # (a - b) * sum_i a^i b^(K-1-i)
     rows = jnp.arange(q.shape[0])[:, None]
     skew = jnp.zeros_like(q).at[rows, order].set(skew_sorted)
-    return normalize(skew, q)
+    return normalize(skew, q).reshape(shape)
 
 
 def gbv_select(
     draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array
 ) -> tuple[Array, Array, Array]:
     """The greedy path selection and the skewed draft rows along the selected path.
+
+    The walk over depths needs only the candidates' keys and one masked sum per depth (the
+    draft mass ranked below the chosen token, which gives the next node's r = A / qj); the
+    full orders, for the skewed rows, are then sorted for all depths at once.
 
     Args:
       draft_tokens: int ``[B, K, L]``.
@@ -151,20 +186,31 @@ def gbv_select(
         best_kappa = jnp.max(kappa_c, axis=-1, keepdims=True)
         ties = candidates & (kappa_c == best_kappa)
         chosen = jnp.max(jnp.where(ties, tokens_d, -1), axis=-1)  # larger index wins ties
-        skew = q_d if k == 1 else skewed_draft(p_d, q_d, r, k)
         q_chosen = gather_tokens(q_d, chosen[:, None])[:, 0]
         below = mass_below(ranking_key(p_d, q_d), q_d, chosen)
         r_next = jnp.where(
             q_chosen > 0.0, (r + below) / jnp.where(q_chosen > 0.0, q_chosen, 1.0), R_MAX
         )
-        r = jnp.where(has_child, jnp.minimum(r_next, R_MAX), r)
+        r_child = jnp.where(has_child, jnp.minimum(r_next, R_MAX), r)
         alive = jnp.where(has_child[:, None], candidates & (tokens_d == chosen[:, None]), alive)
-        return (alive, length + has_child.astype(jnp.int32), r), skew
+        return (alive, length + has_child.astype(jnp.int32), r_child), r
 
     carry = (jnp.ones((b, k), bool), jnp.zeros((b,), jnp.int32), jnp.zeros((b,), draft_probs.dtype))
     xs = (jnp.arange(l), jnp.moveaxis(draft_tokens, 2, 0))
-    (alive, length, _), skew_rows = lax.scan(depth, carry, xs)  # skew_rows [L, B, V]
-    return first_true(alive), length, jnp.moveaxis(skew_rows, 0, 1)
+    (alive, length, _), r = lax.scan(depth, carry, xs)  # r [L, B]
+    path = first_true(alive)
+    # The selected path's rows are its nodes' rows (paths sharing a prefix share its rows).
+    q_rows = take_path(draft_probs, path)  # [B, L, V]
+    if k == 1:
+        return path, length, q_rows
+    p_rows = take_path(target_probs, path)[:, :l]  # [B, L, V]
+    return path, length, skewed_draft(p_rows, q_rows, jnp.moveaxis(r, 0, 1), k)
+
+
+def take_path(x: Array, path: Array) -> Array:
+    """Path ``path [B]`` of ``x [B, K, ...]``: ``[B, ...]``."""
+    index = path.reshape(-1, *([1] * (x.ndim - 1)))
+    return jnp.take_along_axis(x, index, axis=1)[:, 0]
 
 
 def gbv_verify(
@@ -217,8 +263,6 @@ def gbv_rows(
     :func:`~specjax.verify.block.block_uniforms`."""
     l = draft_tokens.shape[-1]
     path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
-    tokens = jnp.take_along_axis(draft_tokens, path[:, None, None], axis=1)[:, 0]  # [B, L]
-    tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], tokens, -1)
-    p_rows = jnp.take_along_axis(target_probs, path[:, None, None, None], axis=1)[:, 0]
-    result = block_verify_rows(tokens, q_skew, p_rows, length, eta, u_y)
+    tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], take_path(draft_tokens, path), -1)
+    result = block_verify_rows(tokens, q_skew, take_path(target_probs, path), length, eta, u_y)
     return result._replace(path=path)

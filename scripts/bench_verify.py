@@ -59,7 +59,7 @@ from benchlib.verify_inputs import (
 )
 
 from specjax import verify
-from specjax.verify import common, synthetic
+from specjax.verify import common, gbv, synthetic
 
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run on tiny shapes (under a minute).")
 _FULL = flags.DEFINE_bool("full", False, "Wider grid (B = 1, 8, 64; more V and L points).")
@@ -268,6 +268,9 @@ def run_primitives(timer: Timer, grid: Grid, key) -> str:
         "verifiers' draw (common.sample_weights)": lambda k, x: common.sample_weights(k, x, x),
         "cumsum over V": lambda k, x: jnp.cumsum(x, axis=-1)[:, -1],
         "stable argsort over V": lambda k, x: jnp.argsort(x, axis=-1, stable=True)[:, 0],
+        "GBV's order (gbv.kappa_order: one 64-bit sort; one per depth of a path)": (
+            lambda k, x: gbv.kappa_order(x)[:, 0]
+        ),
     }
     times = timer.ms({label: (op, (k_op, x)) for label, op in ops.items()})
     return verify_report.primitives_table(b, v, times)

@@ -82,10 +82,10 @@ def kappa_order(kappa: Array) -> Array:
     if kappa.dtype == jnp.float32:
         rows = kappa.reshape(-1, kappa.shape[-1])
         order = lax.platform_dependent(
-            rows, cpu=_order_packed64, cuda=_order_packed64, default=_order_digits
+            rows, cpu=kappa_order_packed, cuda=kappa_order_packed, default=kappa_order_digits
         )
         return order.reshape(kappa.shape)
-    return _order_digits(kappa)
+    return kappa_order_digits(kappa)
 
 
 def _key_bits(kappa: Array, utype) -> Array:
@@ -93,7 +93,7 @@ def _key_bits(kappa: Array, utype) -> Array:
     return lax.bitcast_convert_type(jnp.where(kappa > 0.0, kappa, 0.0), utype)
 
 
-def _order_packed64(kappa: Array) -> Array:
+def kappa_order_packed(kappa: Array) -> Array:
     """:func:`kappa_order` for float32 ``[R, V]``: one sort of ``key bits << 32 | index``."""
     v = kappa.shape[-1]
     bits = _key_bits(kappa, jnp.uint32)
@@ -104,7 +104,7 @@ def _order_packed64(kappa: Array) -> Array:
         return rank.astype(jnp.int32)
 
 
-def _order_digits(kappa: Array) -> Array:
+def kappa_order_digits(kappa: Array) -> Array:
     """:func:`kappa_order` in word-sized sorts of (key digit, position), LSD first."""
     v = kappa.shape[-1]
     word = jnp.finfo(kappa.dtype).bits  # 32, or 64 under x64

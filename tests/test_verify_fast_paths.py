@@ -35,6 +35,16 @@ def test_kappa_order_is_the_stable_argsort(vocab):
     np.testing.assert_array_equal(jax.jit(kappa_order)(batched)[1], want[::-1])
 
 
+@pytest.mark.parametrize("platform, sorts, words", [("cuda", 1, "ui64"), ("tpu", 2, "ui32")])
+def test_kappa_order_lowers_for_each_platform(platform, sorts, words):
+    """The platform branches lower without that hardware: one 64-bit sort on GPU, the 32-bit
+    digit passes on TPU (2 for V <= 2^16)."""
+    kappa = jnp.ones((2, 1000), jnp.float32)
+    text = jax.jit(kappa_order).trace(kappa).lower(lowering_platforms=(platform,)).as_text()
+    assert text.count("stablehlo.sort") == sorts
+    assert f"tensor<2x1000x{words}>" in text
+
+
 def test_kappa_order_in_float64():
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)

@@ -116,3 +116,20 @@ def test_row_chunks_leave_every_verifier_output_unchanged(name, monkeypatch):
         run = jax.jit(lambda key: f(key, *args, num_draft=num_draft))
         outs.append(np.stack([np.stack(run(key)) for key in keys]))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_every_verifier_lowers_for_accelerators(platform):
+    """No GPU or TPU here: every verifier still lowers for them (the platform-dependent
+    branches of row chunking and GBV's order are traced for that platform only)."""
+    rng = np.random.default_rng(4)
+    b, k, l, v = 4, 2, 3, 512
+    q = rng.dirichlet(np.full(v, 0.5), size=(b, k, l)).astype(np.float32)
+    p = rng.dirichlet(np.full(v, 0.5), size=(b, k, l + 1)).astype(np.float32)
+    tokens = rng.integers(0, v, size=(b, k, l)).astype(np.int32)
+    for name in verify.CHAIN_VERIFIERS | verify.MULTIPATH_VERIFIERS:
+        chain = name in verify.CHAIN_VERIFIERS
+        args = (tokens[:, 0], q[:, 0], p[:, 0]) if chain else (tokens, q, p)
+        traced = jax.jit(verify.get(name)).trace(jax.random.key(0), *args)
+        text = traced.lower(lowering_platforms=(platform,)).as_text()
+        assert "func.func public @main" in text, name

@@ -166,8 +166,10 @@ def gather_tokens(probs: Array, tokens: Array) -> Array:
 
 
 def take_row(probs: Array, index: Array) -> Array:
-    """Row ``index [B]`` of ``probs [B, R, V]`` -> ``[B, V]``."""
-    return jnp.take_along_axis(probs, index[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+    """Row ``index [B]`` of ``probs [B, R, ...]`` -> ``[B, ...]`` (e.g. ``[B, R, V]`` ->
+    ``[B, V]``, or one path of ``[B, K, L, V]`` -> ``[B, L, V]``)."""
+    index = index.astype(jnp.int32).reshape(-1, *([1] * (probs.ndim - 1)))
+    return jnp.take_along_axis(probs, index, axis=1)[:, 0]
 
 
 BLOCK = 256

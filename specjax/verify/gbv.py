@@ -28,6 +28,7 @@ from specjax.verify.common import (
     compute_dtype,
     gather_tokens,
     normalize,
+    take_row,
     valid_lengths,
 )
 from specjax.verify.rows import map_row_chunks
@@ -200,17 +201,11 @@ def gbv_select(
     (alive, length, _), r = lax.scan(depth, carry, xs)  # r [L, B]
     path = first_true(alive)
     # The selected path's rows are its nodes' rows (paths sharing a prefix share its rows).
-    q_rows = take_path(draft_probs, path)  # [B, L, V]
+    q_rows = take_row(draft_probs, path)  # [B, L, V]
     if k == 1:
         return path, length, q_rows
-    p_rows = take_path(target_probs, path)[:, :l]  # [B, L, V]
+    p_rows = take_row(target_probs, path)[:, :l]  # [B, L, V]
     return path, length, skewed_draft(p_rows, q_rows, jnp.moveaxis(r, 0, 1), k)
-
-
-def take_path(x: Array, path: Array) -> Array:
-    """Path ``path [B]`` of ``x [B, K, ...]``: ``[B, ...]``."""
-    index = path.reshape(-1, *([1] * (x.ndim - 1)))
-    return jnp.take_along_axis(x, index, axis=1)[:, 0]
 
 
 def gbv_verify(
@@ -263,6 +258,6 @@ def gbv_rows(
     :func:`~specjax.verify.block.block_uniforms`."""
     l = draft_tokens.shape[-1]
     path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
-    tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], take_path(draft_tokens, path), -1)
-    result = block_verify_rows(tokens, q_skew, take_path(target_probs, path), length, eta, u_y)
+    tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], take_row(draft_tokens, path), -1)
+    result = block_verify_rows(tokens, q_skew, take_row(target_probs, path), length, eta, u_y)
     return result._replace(path=path)

@@ -119,38 +119,37 @@ def _reading(diff: tuple[float, float]) -> str:
 
 
 def _pair_table(results: list[PairResult]) -> str:
-    head = (
-        "| pair | L | steps | blocks per step | real BV BE (± SE) | E-BE token | E-BE BV | "
-        "BV − token (± SE) | gain | reading | independent token BE | independent BV BE |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = [
+        "pair", "L", "steps", "blocks per step", "real BV BE (± SE)", "E-BE token", "E-BE BV",
+        "BV − token (± SE)", "gain", "reading", "independent token BE", "independent BV BE",
+    ]  # fmt: skip
+    rows = []
     for r in results:
         o = r.observed
         tau_se = o.tau.std(ddof=1) / np.sqrt(o.tau.size)
         ind = [mean_se(x[0], x[1], 2) if x else "—" for x in (r.token, r.block)]
-        lines.append(
-            f"| {r.pair} | {r.length} | {o.tau.size} | {r.paths} | "
-            f"{mean_se(1 + o.tau.mean(), tau_se, 3)} | {1 + o.e_token.mean():.4f} | "
-            f"{1 + o.e_block.mean():.4f} | {mean_se(*r.diff, 4)} | {100 * r.gain:+.1f}% | "
-            f"{_reading(r.diff)} | {ind[0]} | {ind[1]} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            r.pair, r.length, o.tau.size, r.paths, mean_se(1 + o.tau.mean(), tau_se, 3),
+            f"{1 + o.e_token.mean():.4f}", f"{1 + o.e_block.mean():.4f}", mean_se(*r.diff, 4),
+            f"{100 * r.gain:+.1f}%", _reading(r.diff), *ind,
+        ])  # fmt: skip
+    return benchlib.table(head, rows)
 
 
 def _family_table(results: list[FamilyResult]) -> str:
-    head = (
-        "| family | rows | E-BE token | E-BE BV | BV − token (± SE) | gain | reading | "
-        "jitted token BE | jitted BV BE |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    head = [
+        "family", "rows", "E-BE token", "E-BE BV", "BV − token (± SE)", "gain", "reading",
+        "jitted token BE", "jitted BV BE",
+    ]  # fmt: skip
+    rows = []
     for r in results:
         t, b = 1 + r.e_token.mean(), 1 + r.e_block.mean()
         mc = [mean_se(1 + r.mc[v][0], r.mc[v][1], 3) for v in ("token", "block")]
-        lines.append(
-            f"| {r.family} | {r.rows} | {t:.4f} | {b:.4f} | {mean_se(*r.diff, 4)} | "
-            f"{100 * (b / t - 1):+.1f}% | {_reading(r.diff)} | {mc[0]} | {mc[1]} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            r.family, r.rows, f"{t:.4f}", f"{b:.4f}", mean_se(*r.diff, 4),
+            f"{100 * (b / t - 1):+.1f}%", _reading(r.diff), *mc,
+        ])  # fmt: skip
+    return benchlib.table(head, rows)
 
 
 def _summary(results: list[PairResult]) -> str:

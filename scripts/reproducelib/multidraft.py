@@ -113,11 +113,11 @@ def bound_timing(vocab: int = 49152, rows: int = 4, n: int = 2) -> dict[str, flo
 
 
 def _table(all_rates: list[Rates], mc: dict[int, dict]) -> str:
-    head = (
-        "| n | verifier | mean α | its bound α* | mean α / α* | positions α ≤ α* | max(α − α*) | "
-        "jitted (Monte Carlo) |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = [
+        "n", "verifier", "mean α", "its bound α*", "mean α / α*", "positions α ≤ α*",
+        "max(α − α*)", "jitted (Monte Carlo)",
+    ]  # fmt: skip
+    rows = []
     for r in all_rates:
         for name, alpha in r.rates.items():
             bound = r.bound(name)
@@ -128,20 +128,18 @@ def _table(all_rates: list[Rates], mc: dict[int, dict]) -> str:
                 jit_text = (
                     f"{jit[0]:.4f} ± {jit[1]:.4f} ({(jit[0] - alpha.mean()) / jit[1]:+.1f} SE)"
                 )
-            lines.append(
-                f"| {r.n} | {name} | {alpha.mean():.4f} | {bound.mean():.4f} "
-                f"({'w/o' if name not in WITH else 'w/'}) | {np.mean(alpha / bound):.4f} | "
-                f"{100 * ok:.1f}% | {np.max(alpha - bound):+.1e} | {jit_text} |"
-            )
-    return "\n".join(lines)
+            rows.append([
+                r.n, name, f"{alpha.mean():.4f}",
+                f"{bound.mean():.4f} ({'w/o' if name not in WITH else 'w/'})",
+                f"{np.mean(alpha / bound):.4f}", f"{100 * ok:.1f}%",
+                f"{np.max(alpha - bound):+.1e}", jit_text,
+            ])  # fmt: skip
+    return benchlib.table(head, rows)
 
 
 def _orderings(all_rates: list[Rates]) -> tuple[str, list, list]:
-    lines = [
-        "| n | ordering | positions where it holds | mean difference | smallest difference |",
-        "|---|---|---|---|---|",
-    ]
-    spec, opt = [], []
+    head = ["n", "ordering", "positions where it holds", "mean difference", "smallest difference"]
+    rows, spec, opt = [], [], []
     for r in all_rates:
         d_spec = r.rates["specinfer w/o repl."] - r.rates["specinfer w/ repl."]
         d_opt = r.opt_without - r.opt_with
@@ -153,10 +151,8 @@ def _orderings(all_rates: list[Rates]) -> tuple[str, list, list]:
             ("SpecInfer w/o ≥ SpecInfer w/", d_spec, share_spec),
             ("α* w/o ≥ α* w/", d_opt, share_opt),
         ):
-            lines.append(
-                f"| {r.n} | {name} | {100 * share:.1f}% | {d.mean():+.4f} | {d.min():+.1e} |"
-            )
-    return "\n".join(lines), spec, opt
+            rows.append([r.n, name, f"{100 * share:.1f}%", f"{d.mean():+.4f}", f"{d.min():+.1e}"])
+    return benchlib.table(head, rows), spec, opt
 
 
 def run(logged: Logged, settings: Settings) -> Section:

@@ -113,22 +113,22 @@ def power_law(rows: list[Row]) -> tuple[float, float, bool]:
 
 
 def _table(rows: list[Row]) -> str:
-    head = (
-        "| T | fan-out | F_0..F_L | C | Saguaro | rounds | hit rate ± SE | bonus acc. | "
-        "served from cache | accepted (cache) | accepted (backup) | block eff. | = AR |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = [
+        "T", "fan-out", "F_0..F_L", "C", "Saguaro", "rounds", "hit rate ± SE", "bonus acc.",
+        "served from cache", "accepted (cache)", "accepted (backup)", "block eff.", "= AR",
+    ]  # fmt: skip
+    body = []
     for r in rows:
         x = r.rates
         same = "—" if r.same_as_ar is None else ("yes" if r.same_as_ar else "**no**")
-        lines.append(
-            f"| {r.temperature:g} | {r.family} | {','.join(map(str, r.fan))} | {r.budget} | "
-            f"{r.saguaro:g} | {x['ssd_rounds']} | {x['ssd_hit_rate']:.3f} ± {r.hit_se:.3f} | "
-            f"{x['ssd_bonus_accuracy']:.3f} | {x['ssd_served_from_cache']:.3f} | "
-            f"{x['ssd_accepted_length_from_cache']:.2f} | "
-            f"{x['ssd_accepted_length_from_backup']:.2f} | {r.be[0]:.2f} | {same} |"
-        )
-    return "\n".join(lines)
+        body.append([
+            f"{r.temperature:g}", r.family, ",".join(map(str, r.fan)), r.budget,
+            f"{r.saguaro:g}", x["ssd_rounds"], f"{x['ssd_hit_rate']:.3f} ± {r.hit_se:.3f}",
+            f"{x['ssd_bonus_accuracy']:.3f}", f"{x['ssd_served_from_cache']:.3f}",
+            f"{x['ssd_accepted_length_from_cache']:.2f}",
+            f"{x['ssd_accepted_length_from_backup']:.2f}", f"{r.be[0]:.2f}", same,
+        ])  # fmt: skip
+    return benchlib.table(head, body)
 
 
 def _select(rows, temperature, family="geometric", saguaro=1.0) -> list[Row]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import benchlib
 import jax
 import numpy as np
 
@@ -122,15 +123,12 @@ def _toy_table(toy: dict[str, float], errors: dict[str, float]) -> str:
         "optimum": "E[accepted], optimum (full joint knowledge, LP)",
         "bound": "prefix bound Σ_i (1 − TV_i)",
     }
-    lines = [
-        "| quantity | paper | specjax (exact) | fraction | \\|error\\| |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for key, name in names.items():
         paper = over(float(TOY_EXPECTED[key]), 9) if key in TOY_EXPECTED else "—"
         error = f"{errors[key]:.1e}" if key in errors else "—"
-        lines.append(f"| {name} | {paper} | {toy[key]:.12f} | {over(toy[key], 9)} | {error} |")
-    return "\n".join(lines)
+        rows.append([name, paper, f"{toy[key]:.12f}", over(toy[key], 9), error])
+    return benchlib.table(["quantity", "paper", "specjax (exact)", "fraction", "\\|error\\|"], rows)
 
 
 def _z(estimate: tuple[float, float], value: float) -> str:
@@ -139,24 +137,24 @@ def _z(estimate: tuple[float, float], value: float) -> str:
 
 
 def _golden_table(rows) -> str:
-    lines = ["| L | token E[τ] | expected | BV E[τ] | expected | full-joint optimum |"]
-    lines.append("|---|---|---|---|---|---|")
+    head = ["L", "token E[τ]", "expected", "BV E[τ]", "expected", "full-joint optimum"]
+    body = []
     for length, token, block, optimum in rows:
         t_exp, b_exp = GOLDEN_L[length]
-        lines.append(
-            f"| {length} | {token:.10f} | {t_exp} | {block:.10f} | {b_exp} | "
-            f"{optimum:.10f} ({as_fraction(optimum)}) |"
-        )
-    return "\n".join(lines)
+        body.append([
+            length, f"{token:.10f}", t_exp, f"{block:.10f}", b_exp,
+            f"{optimum:.10f} ({as_fraction(optimum)})",
+        ])  # fmt: skip
+    return benchlib.table(head, body)
 
 
 def _multi_table(rows) -> str:
-    head = "| p | q | k | RRS w/ | k-SEQ | OPT w/ | RRS w/o | OPT w/o | GBV (not in §4.6) |"
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    head = ["p", "q", "k", "RRS w/", "k-SEQ", "OPT w/", "RRS w/o", "OPT w/o", "GBV (not in §4.6)"]
+    body = []
     for p, q, k, printed, measured, _, gbv in rows:
         cells = [f"{m:.4f} ({e:.4f})" for m, e in zip(measured, printed, strict=True)]
-        lines.append(f"| {p} | {q} | {k} | " + " | ".join(cells) + f" | {gbv:.4f} |")
-    return "\n".join(lines)
+        body.append([p, q, k, *cells, f"{gbv:.4f}"])
+    return benchlib.table(head, body)
 
 
 def run(settings: Settings) -> Section:

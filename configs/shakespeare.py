@@ -17,8 +17,8 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # Models.
     c.target = "checkpoints/shakespeare/target"  # checkpoint dir | .gguf | HF dir | smollm2
-    c.drafter = "model"  # model | ngram | self | none (autoregressive)
-    c.draft = "checkpoints/shakespeare/draft"  # drafter=model: the draft checkpoint
+    c.drafter = "model"  # model | ngram | self | eagle (feature head) | none (autoregressive)
+    c.draft = "checkpoints/shakespeare/draft"  # drafter=model: checkpoint; eagle: head dir
     c.draft_layers = 1  # drafter=self: target layers kept by the self-draft
     c.ngram_max = 3  # drafter=ngram: longest suffix matched
     c.ngram_min = 1

@@ -37,11 +37,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 from benchlib import plots
+from benchlib.chat_prompts import CHATS
 
 import specjax
 from specjax.decode import DecodeConfig, generate
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters.feature import FeatureDrafter
 from specjax.models import fetch_smollm2, load_pretrained
+from specjax.models.eagle import load_head
 from specjax.models.pure import PureModel
 from specjax.models.safetensors_loader import save_safetensors
 from specjax.sampling import SamplingParams
@@ -51,29 +54,19 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed interleaved rounds per row 
 _NGRAM_LENS = flags.DEFINE_list("ngram_lens", ["2", "4", "6"], "Prompt-lookup draft lengths L.")
 _TREE_PATHS = flags.DEFINE_integer("tree_paths", 3, "n-gram tree rows: K paths (0: none).")
 _DRAFT_LENS = flags.DEFINE_list("draft_lens", ["4"], "Shakespeare draft-model lengths L.")
+_HEAD = flags.DEFINE_string(
+    "head", "checkpoints/smollm2_eagle", "SmolLM2's learned draft head ('' for no head rows)."
+)
+_HEAD_LENS = flags.DEFINE_list("head_lens", ["4"], "Draft lengths L of the learned head.")
 _THREADS = flags.DEFINE_integer("threads", 2, "torch.set_num_threads for transformers.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown report to this file.")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of tokens/s per row (needs matplotlib).")
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run (flags given explicitly still win).")
 
-QUICK = {"new_tokens": 8, "repeats": 1, "ngram_lens": ["4"], "tree_paths": 0}
+QUICK = {"new_tokens": 8, "repeats": 1, "ngram_lens": ["4"], "tree_paths": 0, "head_lens": ["2"]}
 
 GREEDY = SamplingParams(temperature=0.0)
 LOGIT_RTOL = 1e-4
-PARAGRAPH = (
-    "The lighthouse at the end of the harbour was built in 1854 by a company of local masons "
-    "who had never raised anything taller than a church. For ninety years its lamp burned "
-    "whale oil, then kerosene, and finally electricity, and three generations of one family "
-    "kept it lit through storms that sank larger ships than any that sailed from the town. "
-    "When the last keeper retired in 1962 the light was automated, the cottage was sold, and "
-    "the tower became a small museum where visitors climb one hundred and twelve steps to see "
-    "the lens that once guided fishing boats home."
-)
-CHATS = {
-    "summarize": f"Summarize the following paragraph in two sentences.\n\n{PARAGRAPH}",
-    "copy": f"Repeat the following paragraph exactly, word for word.\n\n{PARAGRAPH}",
-    "poem": "Write a poem about the sea.",
-}
 SHAKESPEARE_PROMPTS = {
     "ROMEO": "ROMEO:\n",
     "First Citizen": "First Citizen:\nBefore we proceed any further, hear me speak.\n",
@@ -180,6 +173,7 @@ def smollm2_rows(torch, transformers) -> tuple[list[Row], int]:
         str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
     ).eval()
     target, tok, vocab = PureModel.of(pre.model), pre.tokenizer, pre.config.vocab_size
+    head = load_head(_HEAD.value, pre.model.embed[...]) if _HEAD.value else None
     chats = {"copy": CHATS["copy"]} if _QUICK.value else CHATS
     rows = []
     for name, content in chats.items():
@@ -193,6 +187,10 @@ def smollm2_rows(torch, transformers) -> tuple[list[Row], int]:
                 drafter = NgramDrafter(vocab, l, max_ngram=3, min_ngram=1, num_paths=k)
                 method = f"prompt lookup L={l}" + (f", tree K={k}" if k > 1 else "")
                 rows.append(row(method, drafter=drafter, hf_kwargs=kwargs))
+        if head is not None:  # transformers has no EAGLE head: its counterpart is plain generate
+            for l in map(int, value("head_lens")):
+                drafter = FeatureDrafter(head, GREEDY, num_paths=1, draft_len=l)
+                rows.append(row(f"learned head L={l} (HF: generate)", drafter=drafter))
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(pre.params))
     return rows, weight_bytes
 
@@ -315,7 +313,9 @@ same shapes. specjax vs HF generated ids: {ids}
 
 Prompt lookup: specjax NgramDrafter (max_ngram 3, min_ngram 1, most recent match), greedy \
 verifier; "tree K": the K best distinct matches (longest, then most recent) verified as a tree \
-(specinfer); HF prompt_lookup_num_tokens=L (max_matching_ngram_size 2, first match).
+(specinfer); HF prompt_lookup_num_tokens=L (max_matching_ngram_size 2, first match). "learned \
+head": specjax's FeatureDrafter with the committed EAGLE-class head (checkpoints/smollm2_eagle), \
+greedy verifier; transformers has no such head, so its column is plain generate.
 
 {smol}
 

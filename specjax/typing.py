@@ -19,6 +19,8 @@ D      model width (embedding dimension).
 H      number of query heads;  G: number of key/value heads (grouped-query attention).
 E      head dimension.
 F      MLP hidden width.
+A      target feature layers read by a feature drafter (``specjax.drafters.feature``).
+W      a feature drafter's draft vocabulary (ids it can propose; ``d2t [W]`` maps them to V).
 =====  =========================================================================================
 
 Conventions used with these letters:
@@ -60,5 +62,7 @@ DIMENSIONS: dict[str, str] = {
     "G": "key/value heads",
     "E": "head dimension",
     "F": "MLP hidden width",
+    "A": "feature layers",
+    "W": "draft vocabulary",
 }
 """Machine-readable copy of the glossary (used by docs and shape-checking helpers)."""

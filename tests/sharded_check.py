@@ -104,6 +104,23 @@ def main(which: str) -> None:
             assert got == want, (verifier, got, want)
         print("sampled-ok")
 
+    if which in ("all", "feature"):  # the feature drafter, its head replicated on the mesh
+        from specjax.drafters.feature import FeatureDrafter
+        from tests.test_feature_drafter import random_head
+
+        head = random_head(target, 32)
+        s_head = nnx.clone(head)
+        sharding.shard_module(s_head, mesh, True)
+        s_head.embed = type(s_head.embed)(s_target.module.embed[...])  # the target's, as the CLI
+        for params, verifier, k in [(GREEDY, "block", 1), (SamplingParams(1.0), "gbv", 3)]:
+            cfg = DecodeConfig(verifier, params, 16)
+            want = generate(target, PROMPTS, cfg, FeatureDrafter(head, params, k, 3), seed=2)
+            got = generate(
+                s_target, PROMPTS, cfg, FeatureDrafter(s_head, params, k, 3), seed=2, mesh=mesh
+            )
+            assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
+        print("feature-ok")
+
     if which in ("all", "submesh"):
         from specjax.decode.submesh import generate_on_submeshes, split_devices
 

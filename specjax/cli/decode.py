@@ -27,8 +27,10 @@ from specjax.decode.loop import Generation, Stream, generate
 from specjax.decode.metrics import Metrics
 from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates, ssd_table
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters.feature import FeatureDrafter
 from specjax.drafters.ssd import SSDDrafter
 from specjax.files import atomic_write
+from specjax.models.eagle import Frozen, load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model
 from specjax.sampling import SamplingParams
@@ -116,6 +118,12 @@ def build(cfg, mesh=None, draft_mesh=None):
             drafter = ModelDrafter(
                 PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
             )
+    elif cfg.drafter == "eagle":
+        head = load_head(cfg.draft, target_module.embed[...])
+        if mesh is not None:  # the head is small: replicated, reading the target's embedding
+            sharding.shard_module(head, mesh, replicated=True)
+            head.embed = Frozen(target_module.embed[...])
+        drafter = FeatureDrafter(head, sampling, k_paths, l_len)
     else:
         drafter = None
     return target, tokenizer, drafter, config

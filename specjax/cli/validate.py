@@ -21,7 +21,7 @@ from specjax.cli.checks import (
     writable_file,
 )
 
-DRAFTERS = ("model", "ngram", "self", "none")
+DRAFTERS = ("model", "ngram", "self", "eagle", "none")
 PLACEMENTS = ("replicated", "sharded", "submesh")
 DTYPES = ("", "float32", "bfloat16")
 DATA_SOURCES = ("corpus", "target_samples")
@@ -64,6 +64,12 @@ def check_decode(cfg) -> None:
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
+    if drafter == "eagle":
+        head_source(cfg.draft)
+        if not cfg.replacement:
+            raise ConfigError("drafter=eagle draws i.i.d. paths; set replacement=True")
+        if cfg.mode == "ssd":
+            raise ConfigError("mode=ssd drafts with a model; set drafter=model or self")
     if cfg.prompts_file:
         readable_file(cfg.prompts_file, "prompts_file")
     elif not cfg.prompt:
@@ -76,6 +82,22 @@ def check_decode(cfg) -> None:
     _check_devices(cfg, placement)
     if choice(cfg, "mode", MODES) == "ssd":
         ssd_config(cfg)
+
+
+def head_source(path: str) -> None:
+    """A feature draft head directory (``config.json`` and ``params.npz``), before loading."""
+    from pathlib import Path
+
+    if not path:
+        raise ConfigError(
+            "drafter=eagle needs draft=<a head directory>, e.g. checkpoints/smollm2_eagle"
+        )
+    for name in ("config.json", "params.npz"):
+        if not (Path(path) / name).is_file():
+            raise ConfigError(
+                f"draft {path!r} is not a feature draft head (no {name}); train one with "
+                "scripts/train_draft_head.py"
+            )
 
 
 def shape_buckets(cfg):

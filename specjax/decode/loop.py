@@ -29,6 +29,7 @@ from specjax.decode.inputs import PreparedBatch, check_seed, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, step
+from specjax.drafters.feature import FeatureState
 from specjax.models.cache import KVCache
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
@@ -76,7 +77,12 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
         return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
 
     draft = state.draft_state
-    draft = cache_layout(draft_tp) if isinstance(draft, KVCache) else jax.tree.map(rows, draft)
+    if isinstance(draft, KVCache):
+        draft = cache_layout(draft_tp)
+    elif isinstance(draft, FeatureState):  # a replicated head: its cache split over rows only
+        draft = FeatureState(cache_layout(False), rows(draft.pending), rows(draft.num_pending))
+    else:
+        draft = jax.tree.map(rows, draft)
     return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
 
 

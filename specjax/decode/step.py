@@ -17,6 +17,7 @@ from specjax.buffers import append_rows
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
 from specjax.drafters.base import Draft
+from specjax.drafters.feature import path_features
 from specjax.models.pure import PureModel, prefill
 from specjax.sampling import split_keys
 from specjax.typing import Array, PRNGKey
@@ -50,16 +51,28 @@ def init_state(
     draft_len = draft_len or 0
     tokens = jnp.zeros((b, buffer), jnp.int32).at[:, :t].set(prompts.astype(jnp.int32))
     prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
+    layers = feature_layers(drafter)
+    if layers:  # a feature drafter reads the target's hidden states of the prompt
+        target_cache, hidden = prefill(target, prompts, prompt_lengths, capacity, layers)
+        draft_state = drafter.init(prompts, prompt_lengths, capacity, features=hidden)
+    else:
+        target_cache = prefill(target, prompts, prompt_lengths, capacity)
+        draft_state = () if drafter is None else drafter.init(prompts, prompt_lengths, capacity)
     return DecodeState(
         tokens=tokens,
         lengths=prompt_lengths,
         prompt_lengths=prompt_lengths,
         done=jnp.zeros((b,), bool),
-        target_cache=prefill(target, prompts, prompt_lengths, capacity),
-        draft_state=() if drafter is None else drafter.init(prompts, prompt_lengths, capacity),
+        target_cache=target_cache,
+        draft_state=draft_state,
         keys=sampling.row_keys(key, b),
         stats=StepStats.zeros(b, draft_len),
     )
+
+
+def feature_layers(drafter) -> tuple[int, ...]:
+    """The target blocks a drafter reads (a feature drafter's; ``()`` for the others)."""
+    return tuple(getattr(drafter, "feature_layers", ()) or ())
 
 
 def commit_tokens(
@@ -180,24 +193,43 @@ def speculative_step(target: PureModel, drafter, state: DecodeState, config: Dec
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
-    new, path, tau = verify_and_commit(target, state.replace(keys=keys), draft, k_verify, config)
+    layers = feature_layers(drafter)
+    out = verify_and_commit(
+        target, state.replace(keys=keys), draft, k_verify, config, features=layers
+    )
+    new, path, tau = out[:3]
+    extra = {"features": out[3]} if layers else {}  # the root's and the path's target features
     draft_state = drafter.commit(
-        state.draft_state, draft_state, state.lengths, path, tau, ~state.done
+        state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
     return new.replace(draft_state=draft_state)
 
 
 def verify_and_commit(
-    target: PureModel, state: DecodeState, draft: Draft, k_verify: PRNGKey, config: DecodeConfig
-) -> tuple[DecodeState, Array, Array]:
+    target: PureModel,
+    state: DecodeState,
+    draft: Draft,
+    k_verify: PRNGKey,
+    config: DecodeConfig,
+    features: tuple[int, ...] = (),
+):
     """The target's half of a speculative step (everything but drafting and the draft cache).
 
+    Args:
+      features: target blocks whose hidden states a feature drafter reads; they come out of the
+        same tree forward.
+
     Returns:
-      The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
+      The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``; with
+      ``features``, also the root's and the followed path's hidden states ``[B, L + 1, A, D]``.
     """
     b, k_paths, l_len = draft.tokens.shape
     feed, positions, mask = tree_inputs(state, draft.tokens)  # [B, T], [B, T], [B, T, T]
-    logits, cache = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
+    kwargs = dict(cache=state.target_cache, positions=positions, attn_mask=mask)
+    if features:
+        logits, cache, hidden = target(feed, features=features, **kwargs)  # hidden [B, T, A, D]
+    else:
+        logits, cache = target(feed, **kwargs)
     result, num_draft = verify_tree(config, k_verify, draft, logits)
     tau, path = result.num_accepted, result.path  # [B], [B]
 
@@ -217,17 +249,16 @@ def verify_and_commit(
     cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
 
     followed = jnp.take_along_axis(num_draft, path[:, None], axis=1)[:, 0]  # [B]
-    return (
-        state.replace(
-            tokens=tokens,
-            lengths=lengths,
-            done=done,
-            target_cache=cache,
-            stats=state.stats.record(active, tau, followed),
-        ),
-        path,
-        tau,
+    new_state = state.replace(
+        tokens=tokens,
+        lengths=lengths,
+        done=done,
+        target_cache=cache,
+        stats=state.stats.record(active, tau, followed),
     )
+    if features:
+        return new_state, path, tau, path_features(hidden, path, l_len)
+    return new_state, path, tau
 
 
 def step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig) -> DecodeState:

@@ -2,6 +2,7 @@
 
 from specjax.drafters.base import Draft, Drafter
 from specjax.drafters.fanout import geometric_fan_out, uniform_fan_out
+from specjax.drafters.feature import FeatureDrafter
 from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
 from specjax.drafters.speculation import SSDConfig
@@ -10,6 +11,7 @@ from specjax.drafters.ssd import SSDDrafter
 __all__ = [
     "Draft",
     "Drafter",
+    "FeatureDrafter",
     "ModelDrafter",
     "NgramDrafter",
     "SSDConfig",

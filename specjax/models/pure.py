@@ -79,7 +79,9 @@ def truncated(module: Llama, num_layers: int) -> Llama:
     return draft
 
 
-def prefill(model: PureModel | Llama, prompts, prompt_lengths, capacity: int):
+def prefill(
+    model: PureModel | Llama, prompts, prompt_lengths, capacity: int, features: tuple[int, ...] = ()
+):
     """The KV cache of every prompt but its last token (which the first step feeds).
 
     Args:
@@ -87,12 +89,19 @@ def prefill(model: PureModel | Llama, prompts, prompt_lengths, capacity: int):
       prompts: int ``[B, T]`` right-padded prompts.
       prompt_lengths: int ``[B]`` true lengths (>= 1).
       capacity: S, slots of the returned cache.
+      features: blocks whose outputs are also returned (for a feature drafter).
 
     Returns:
-      A :class:`KVCache` with ``lengths = prompt_lengths - 1``; slots past it are stale.
+      A :class:`KVCache` with ``lengths = prompt_lengths - 1``; slots past it are stale. With
+      ``features``: ``(cache, hidden [B, T - 1, A, D])`` of the prefilled tokens.
     """
     b, t = prompts.shape
     cache = KVCache.init(model.config, b, capacity)
+    hidden = jnp.zeros((b, 0, len(features), model.config.dim), jnp.float32)
     if t > 1:  # static: a batch of one-token prompts has nothing to prefill
-        _, cache = model(prompts[:, : t - 1], cache=cache)
-    return cache.rollback(jnp.asarray(prompt_lengths, jnp.int32) - 1)
+        if features:
+            _, cache, hidden = model(prompts[:, : t - 1], cache=cache, features=features)
+        else:
+            _, cache = model(prompts[:, : t - 1], cache=cache)
+    cache = cache.rollback(jnp.asarray(prompt_lengths, jnp.int32) - 1)
+    return (cache, hidden) if features else cache

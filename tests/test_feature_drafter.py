@@ -1,0 +1,148 @@
+"""The feature (EAGLE-class) drafter: greedy speculative output == autoregressive output (chain and
+K = 3 paths, a batch of mixed lengths), the sequence law at temperature 1 with a draft vocabulary
+smaller than V (and the same test catching a law renormalised over V instead of scattered), the
+target features handed to the head sit at the right positions, and the head's training forward
+computes what drafting computes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from specjax import sampling
+from specjax.decode import DecodeConfig, generate, prefill_program, prepare, step
+from specjax.drafters.feature import FeatureDrafter
+from specjax.models import Llama
+from specjax.models.cache import KVCache
+from specjax.models.eagle import EagleConfig, EagleHead, load_head, save_head
+from specjax.models.pure import PureModel
+from specjax.testing import sharpened, tiny_config
+from tests.test_decode_lossless import NEW, PROMPT, ROWS, chi_square_pvalue, exact_joint
+
+GREEDY = sampling.SamplingParams(temperature=0.0)
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [4]]
+
+
+def random_head(target: PureModel, draft_vocab: int, seed: int = 0, layers=(0, 1)) -> EagleHead:
+    """A randomly initialised head over a random draft vocabulary of ``draft_vocab`` ids."""
+    c = target.config
+    config = EagleConfig.for_target(c, layers, draft_vocab)
+    d2t = np.sort(np.random.default_rng(seed).permutation(c.vocab_size)[:draft_vocab])
+    embed = target.module.embed[...]
+    return EagleHead.create(config, embed, d2t, seed=seed, head_rows=embed[d2t] * 4.0)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+
+
+@pytest.fixture(scope="module")
+def autoregressive(target):
+    cfg = DecodeConfig("autoregressive", GREEDY, max_new_tokens=24)
+    return generate(target, PROMPTS, cfg).tokens
+
+
+@pytest.mark.parametrize("verifier,k", [("block", 1), ("greedy", 1), ("gbv", 3)])
+def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifier, k):
+    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=k, draft_len=3)
+    out = generate(target, PROMPTS, DecodeConfig(verifier, GREEDY, 24), drafter)
+    assert out.tokens == autoregressive
+    hist = out.metrics.accepted_length_histogram
+    assert hist[0] > 0 and sum(hist[1:]) > 0  # rejections and acceptances in one run
+
+
+def test_features_handed_to_the_head_are_the_targets_at_their_positions(target):
+    """After prefill and after each step, pending pair i (at position c + i, c = the head's
+    cache length) carries the target's teacher-forced hidden states of position c + i - 1."""
+    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=2, draft_len=3)
+    cfg = DecodeConfig("specinfer", GREEDY, 24)
+    b = prepare(target, drafter, PROMPTS, cfg)
+    init = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
+    state = init(target, drafter, b.prompts, b.lengths, b.active, np.int32(0),
+                 capacity=b.capacity, buffer=b.buffer)  # fmt: skip
+    one = jax.jit(step, static_argnames=("config",))
+    for _ in range(4):
+        ds = state.draft_state
+        seen, n_p = np.asarray(ds.cache.lengths), np.asarray(ds.num_pending)
+        lengths = np.asarray(state.lengths)
+        for r in range(len(PROMPTS)):
+            assert seen[r] + n_p[r] == lengths[r]
+            seq = np.asarray(state.tokens)[r : r + 1, : lengths[r]]
+            _, hidden = target(jnp.asarray(seq), features=drafter.feature_layers)
+            for i in range(n_p[r]):
+                pos = seen[r] + i - 1
+                want = np.zeros_like(ds.pending[r, i]) if pos < 0 else hidden[0, pos]
+                np.testing.assert_allclose(ds.pending[r, i], want, atol=2e-5)
+        state = one(target, drafter, state, cfg)
+
+
+def test_training_forward_matches_drafting(target):
+    """Step 0 and step 1 of the training-time test compute the logits drafting computes for the
+    same pairs (step 1: a pair fed with the head's own previous output)."""
+    head = random_head(target, 8, layers=(1,))
+    tokens = jnp.asarray([[3, 1, 4, 1, 5, 9, 2, 6]])
+    _, hidden = target(tokens, features=(1,))
+    t = tokens.shape[1]
+    g0 = head.fuse(jnp.concatenate([jnp.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1))
+    pos = jnp.arange(t)[None]
+    q0, k0, v0 = head.qkv(g0, tokens, pos)
+    h0, logits0 = head.finish(g0, head.ttt_attention(q0, [k0], [v0]))
+    # Step 1 at index j: own output h0[j] with token j + 1 at position j + 1.
+    q1, k1, v1 = head.qkv(h0[:, :-1], tokens[:, 1:], pos[:, 1:])
+    _, logits1 = head.finish(h0[:, :-1], head.ttt_attention(q1, [k0[:, :-1], k1], [v0[:, :-1], v1]))
+    cache = KVCache.init(head.config, 1, 16)
+    h, logits, cache = head(g0, tokens, cache=cache)
+    np.testing.assert_allclose(logits, logits0, atol=1e-4)
+    for j in range(t - 1):  # draft one token ahead of the committed prefix tokens[:, : j + 1]
+        c = cache.rollback(jnp.asarray([j + 1]))
+        _, lg, _ = head(h[:, j : j + 1], tokens[:, j + 1 : j + 2], cache=c)
+        np.testing.assert_allclose(lg[0, 0], logits1[0, j], atol=1e-4)
+
+
+def test_save_and_load_round_trip(target, tmp_path):
+    head = random_head(target, 8)
+    save_head(tmp_path / "head", head, {"note": "x"})
+    back = load_head(tmp_path / "head", target.module.embed[...])
+    g = jnp.ones((1, 2, 2, target.config.dim))
+    np.testing.assert_allclose(back.fuse(g), head.fuse(g), rtol=1e-3, atol=1e-3)  # float16
+    assert np.array_equal(back.d2t[...], head.d2t[...])
+    with pytest.raises(ValueError, match="V = 12"):
+        load_head(tmp_path / "head", jnp.zeros((7, target.config.dim)))
+
+
+V = 4
+
+
+@pytest.fixture(scope="module")
+def small_target():
+    return PureModel.of(sharpened(Llama(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RenormalisingDrafter(FeatureDrafter):
+    """Planted bug: reports the head's law renormalised over all V ids (the ids outside the draft
+    vocabulary given logit 0) instead of the scattered law it sampled from."""
+
+    def _law(self, logits):
+        q_w, _ = super()._law(logits)
+        full = jnp.zeros((*logits.shape[:-1], self.vocab_size)).at[..., self.head.module.d2t[...]]
+        return q_w, jax.nn.softmax(full.set(logits), axis=-1)
+
+
+@pytest.mark.parametrize("cls,honest", [(FeatureDrafter, True), (RenormalisingDrafter, False)])
+def test_sequence_law_at_temperature_one(small_target, cls, honest):
+    params = sampling.SamplingParams(temperature=1.0)
+    head = random_head(small_target, 3, seed=5)
+    drafter = cls(head, params, num_paths=1, draft_len=2)
+    cfg = DecodeConfig("block", params, max_new_tokens=NEW)
+    out = generate(small_target, [PROMPT] * ROWS, cfg, drafter, seed=7)
+    assert out.metrics.accepted_tokens > 0.1 * ROWS
+    p = chi_square_pvalue(out.tokens, exact_joint(small_target, params))
+    assert p > 1e-3 if honest else p < 1e-6

@@ -89,7 +89,8 @@ def main(argv):
         f"({int(mask.sum())} response tokens); draft vocabulary {len(d2t)} ids covers "
         f"{coverage:.3f} of them"
     )
-    head = eagle.attach_target(eagle.new_head(target, recipe, d2t), target)
+    stats = eagle.feature_stats(data, layer_index)
+    head = eagle.attach_target(eagle.new_head(target, recipe, d2t, stats), target)
     windows = eagle.Windows(data, layer_index, d2t, _SEQ.value, recipe.ttt_steps)
     held_data = feature_data.load_shards(held)
     held_windows = eagle.Windows(held_data, layer_index, d2t, _SEQ.value, recipe.ttt_steps)

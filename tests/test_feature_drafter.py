@@ -136,7 +136,10 @@ class RenormalisingDrafter(FeatureDrafter):
         return q_w, jax.nn.softmax(full.set(logits), axis=-1)
 
 
-@pytest.mark.parametrize("cls,honest", [(FeatureDrafter, True), (RenormalisingDrafter, False)])
+@pytest.mark.parametrize(
+    "cls,honest",
+    [(FeatureDrafter, True), pytest.param(RenormalisingDrafter, False, marks=pytest.mark.slow)],
+)
 def test_sequence_law_at_temperature_one(small_target, cls, honest):
     params = sampling.SamplingParams(temperature=1.0)
     head = random_head(small_target, 3, seed=5)

@@ -2,8 +2,8 @@
 
 The head drafts for a target it reads: at draft position t it takes the pair (g, x_t), where x_t
 is the token at t and g a D-wide feature: for a committed token, the target's hidden states
-after blocks ``feature_layers`` at position t - 1, each RMS-normalised, concatenated
-(``[A * D]``) and fused by ``fc`` to D; for a drafted token, the head's own output at t - 1. One
+after blocks ``feature_layers`` at position t - 1, standardised per dimension (statistics of
+the training data), concatenated (``[A * D]``) and fused by ``fc`` to D; for a drafted token, the head's own output at t - 1. One
 decoder layer whose attention reads ``concat(norm(embed(x_t)), norm(g))`` (2D wide), residual g,
 then a SwiGLU MLP, gives the output h_t (fed back as the next g), and a head over a reduced
 *draft vocabulary* of W target ids (``d2t [W]``) gives the law of x_{t+1}.
@@ -152,6 +152,10 @@ class EagleHead(nnx.Module):
         self.config = c
         self.embed = Frozen(jnp.asarray(embed))  # [V, D] the target's input embedding
         self.d2t = Frozen(jnp.asarray(d2t, jnp.int32))  # [W]
+        # Per-dimension standardisation of the target features (set from training data): LLM
+        # hidden states carry a few huge, nearly constant dimensions that would swamp the rest.
+        self.feature_shift = Frozen(jnp.zeros((a, d)))  # [A, D]
+        self.feature_scale = Frozen(jnp.ones((a, d)))  # [A, D]
         self.fc = nnx.Param(_normal(rngs, (a * d, d), (a * d) ** -0.5))
         self.norm_embed = nnx.Param(jnp.ones((d,)))
         self.norm_feature = nnx.Param(jnp.ones((d,)))
@@ -180,9 +184,10 @@ class EagleHead(nnx.Module):
     # --- the layer, shared by drafting and training -------------------------------------------
 
     def fuse(self, features: Array) -> Array:
-        """``[..., A, D]`` target features -> ``[..., D]`` (each RMS-normalised, then ``fc``)."""
-        normed = rms(features, self.config.norm_eps)
-        return normed.reshape(*normed.shape[:-2], -1) @ self.fc[...]
+        """``[..., A, D]`` target features -> ``[..., D]`` (standardised per dimension, then
+        ``fc``)."""
+        x = (features.astype(jnp.float32) - self.feature_shift[...]) / self.feature_scale[...]
+        return x.reshape(*x.shape[:-2], -1) @ self.fc[...]
 
     def qkv(self, g: Array, tokens: Array, positions: Array):
         """Queries ``[B, T, H, E]``, keys and values ``[B, T, G, E]`` of pairs (g, token)."""
@@ -284,14 +289,20 @@ class EagleHead(nnx.Module):
         return out.reshape(b, t, c.num_heads, c.head_dim)
 
 
+STATS = ("feature_shift", "feature_scale")
+
+
 def save_head(path: str | Path, head: EagleHead, extra: dict | None = None) -> None:
-    """Writes ``config.json`` and ``params.npz`` (trained weights as float16, ``d2t``) into the
-    directory ``path``; the target's embedding is not stored (it comes from the target)."""
+    """Writes ``config.json`` and ``params.npz`` (trained weights as float16, ``d2t`` and the
+    feature statistics) into the directory ``path``; the target's embedding is not stored (it
+    comes from the target)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     params = nnx.to_pure_dict(nnx.state(head, nnx.Param))
     arrays = {k: np.asarray(v, np.float16) for k, v in params.items()}
     arrays["d2t"] = np.asarray(head.d2t[...], np.int32)
+    for name in STATS:
+        arrays[name] = np.asarray(getattr(head, name)[...], np.float32)
     tmp = path / ".params.tmp.npz"
     np.savez(tmp, **arrays)
     tmp.replace(path / "params.npz")
@@ -321,6 +332,9 @@ def load_head(path: str | Path, target_embed: Array) -> EagleHead:
     head = nnx.eval_shape(lambda: EagleHead(config, target_embed, arrays["d2t"], rngs=nnx.Rngs(0)))
     head.embed = Frozen(target_embed)
     head.d2t = Frozen(jnp.asarray(arrays.pop("d2t"), jnp.int32))
+    for name in STATS:
+        if name in arrays:
+            setattr(head, name, Frozen(jnp.asarray(arrays.pop(name), jnp.float32)))
     for name, value in arrays.items():
         getattr(head, name).set_value(jnp.asarray(value, jnp.float32))
     return head

@@ -214,11 +214,28 @@ def eval_batches(windows: Windows, size: int, count: int, seed: int = 1) -> list
     return [windows.batch(rng, size) for _ in range(count)]
 
 
-def new_head(target_module, recipe: HeadRecipe, d2t: np.ndarray, seed: int = 0) -> EagleHead:
+def feature_stats(data: dict, layer_index: list[int], sample: int = 20_000, seed: int = 0):
+    """Per-dimension mean and standard deviation ``[A, D]`` of the stored features of the
+    layers ``layer_index`` over (a sample of) the data's tokens."""
+    rng = np.random.default_rng(seed)
+    z = len(data["tokens"])
+    rows = np.sort(rng.choice(z, size=min(sample, z), replace=False))
+    x = data["features"][rows][:, layer_index].astype(np.float64)  # [n, A, D]
+    return x.mean(0).astype(np.float32), np.maximum(x.std(0), 1e-3).astype(np.float32)
+
+
+def new_head(
+    target_module, recipe: HeadRecipe, d2t: np.ndarray, stats=None, seed: int = 0
+) -> EagleHead:
     """A fresh head for ``target_module`` reading the recipe's layers; its output rows start
-    from the target's rows of the draft vocabulary."""
+    from the target's rows of the draft vocabulary; ``stats``: the features' ``(mean, std)``
+    (:func:`feature_stats`) it standardises them with."""
     c = target_module.config
     config = EagleConfig.for_target(c, recipe.feature_layers(c.num_layers), len(d2t))
     embed = target_module.embed[...]
     rows = embed if c.tie_embeddings else target_module.lm_head[...].T
-    return EagleHead.create(config, embed, d2t, seed=seed, head_rows=np.asarray(rows)[d2t])
+    head = EagleHead.create(config, embed, d2t, seed=seed, head_rows=np.asarray(rows)[d2t])
+    if stats is not None:
+        head.feature_shift = Frozen(jnp.asarray(stats[0]))
+        head.feature_scale = Frozen(jnp.asarray(stats[1]))
+    return head

@@ -6,7 +6,8 @@ after blocks ``feature_layers`` at position t - 1, standardised per dimension (s
 the training data), concatenated (``[A * D]``) and fused by ``fc`` to D; for a drafted token,
 the head's own output at t - 1. One decoder layer whose attention reads
 ``concat(norm(embed(x_t)), norm(g))`` (2D wide), residual g, then a SwiGLU MLP, gives the
-output h_t (fed back as the next g), and a head over a reduced *draft vocabulary* of W target ids (``d2t [W]``) gives the law of x_{t+1}.
+output h_t (fed back as the next g), and a head over a reduced *draft vocabulary* of W target
+ids (``d2t [W]``) gives the law of x_{t+1}.
 
 The target's input embedding (frozen, shared, never copied) embeds the tokens; the head's rows
 start from the target's output rows ``embed[d2t]``. The head keeps its own one-layer

@@ -114,6 +114,36 @@ def make_shard(
     }
 
 
+def make_teacher_forced_shard(
+    model, tokenizer, conversations: Sequence[tuple[str, str]], *, max_tokens: int = 512
+) -> dict[str, np.ndarray]:
+    """A shard of given ``(prompt, answer)`` conversations (e.g. ShareGPT's own answers), scored
+    teacher-forced: no generation, so about 5× cheaper per token than :func:`make_shard`, but
+    off-policy (the answers are not the target's). Rows are cut at ``max_tokens``; conversations
+    whose prompt leaves fewer than 8 answer tokens are skipped. ``temperature`` is -1."""
+    model = as_pure(model)
+    eos = [] if tokenizer.eos_id is None else [int(tokenizer.eos_id)]
+    prompts, rows = [], []
+    for prompt, answer in conversations:
+        p = encode_chat(tokenizer, [prompt])[0]
+        row = (p + tokenizer.encode(answer) + eos)[:max_tokens]
+        if answer and len(row) - len(p) >= 8:
+            prompts.append(p)
+            rows.append(row)
+    if not rows:
+        raise ValueError("no conversation has an answer of 8 tokens or more within max_tokens")
+    layers = stored_layers(model.config.num_layers)
+    feats = score_features(model, rows, layers)
+    return {
+        "tokens": np.concatenate([np.asarray(r, np.int32) for r in rows]),
+        "offsets": np.cumsum([0] + [len(r) for r in rows]).astype(np.int64),
+        "prompt_lengths": np.asarray([len(p) for p in prompts], np.int32),
+        "features": np.concatenate(feats, axis=0),
+        "layers": np.asarray(layers, np.int32),
+        "temperature": np.float32(-1.0),
+    }
+
+
 def save_shard(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """Writes a shard atomically (an interrupted write leaves no file)."""
     path = Path(path)
@@ -159,6 +189,7 @@ def make_shards(
     prompts_per_shard: int = 32,
     max_new_tokens: int = 256,
     minutes: float = 0.0,
+    teacher_forced: bool = False,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
 ) -> list[Path]:
     """Makes the shards ``shards`` that ``out`` lacks (an interrupted run resumes at the first
@@ -166,11 +197,15 @@ def make_shards(
 
     Shard i answers prompts ``texts[i * prompts_per_shard : (i + 1) * prompts_per_shard]``:
     greedily for even i, sampled at temperature 1 for odd i (seed i), so both laws a head
-    serves are in the data. ``minutes`` > 0 stops starting new shards after that long.
+    serves are in the data. With ``teacher_forced``, ``texts`` are ``(prompt, answer)`` pairs
+    scored as they are (:func:`make_teacher_forced_shard`, files ``tf_*.npz``). ``minutes`` > 0
+    stops starting new shards after that long.
     """
     out = Path(out)
     start, made, tokens = time.time(), 0, 0
-    missing = [i for i in shards if not (out / f"shard_{i:04d}.npz").exists()]
+    prefix = "tf" if teacher_forced else "shard"
+    name = lambda i: out / f"{prefix}_{i:04d}.npz"
+    missing = [i for i in shards if not name(i).exists()]
     for n, i in enumerate(missing):
         if minutes and time.time() - start > 60 * minutes:
             log(f"data: time budget of {minutes:g} min reached; {len(missing) - n} shards left")
@@ -178,10 +213,14 @@ def make_shards(
         chunk = texts[i * prompts_per_shard : (i + 1) * prompts_per_shard]
         if not chunk:
             raise ValueError(f"shard {i} needs prompts past the {len(texts)} available")
-        arrays = make_shard(
-            model, tokenizer, chunk, temperature=float(i % 2), max_new_tokens=max_new_tokens, seed=i
-        )
-        save_shard(out / f"shard_{i:04d}.npz", arrays)
+        if teacher_forced:
+            arrays = make_teacher_forced_shard(model, tokenizer, chunk)
+        else:
+            arrays = make_shard(
+                model, tokenizer, chunk, temperature=float(i % 2),
+                max_new_tokens=max_new_tokens, seed=i,
+            )  # fmt: skip
+        save_shard(name(i), arrays)
         made, tokens = made + 1, tokens + len(arrays["tokens"])
         elapsed = time.time() - start
         eta = (len(missing) - n - 1) * elapsed / made
@@ -189,4 +228,4 @@ def make_shards(
             f"data: shard {i} ({n + 1}/{len(missing)}): {tokens / elapsed:.0f} tok/s, "
             f"{tokens} tokens so far, eta {eta / 60:.0f} min"
         )
-    return [out / f"shard_{i:04d}.npz" for i in shards if (out / f"shard_{i:04d}.npz").exists()]
+    return [name(i) for i in shards if name(i).exists()]

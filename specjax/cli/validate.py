@@ -57,7 +57,9 @@ def check_decode(cfg) -> None:
             raise ConfigError(f"stop_tokens[{i}] must be a token id (an integer >= 0): {token!r}")
     verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
-    config = DecodeConfig(verifier, sampling, cfg.max_new_tokens, (), cfg.replacement)
+    config = DecodeConfig(
+        verifier, sampling, cfg.max_new_tokens, (), cfg.replacement, widths=widths(cfg)
+    )
     if config.speculative:  # the drafter's own check, before the models are loaded
         check_paths(config, k_paths, fixed=drafter == "ngram" and k_paths > 1)
     shape_buckets(cfg)
@@ -98,6 +100,38 @@ def head_source(path: str) -> None:
                 f"draft {path!r} is not a feature draft head (no {name}); train one with "
                 "scripts/train_draft_head.py"
             )
+
+
+def widths(cfg) -> tuple[int, ...]:
+    """``DecodeConfig.widths`` of the ``widths`` key: ``auto`` (0 and L: a one-token step when
+    drafts do not pay; not for SSD or a draft on its own devices, which keep L), ``fixed`` (always
+    L) or comma-separated draft lengths, e.g. ``0,2,6``."""
+    from specjax.decode.widths import check_widths
+
+    text = str(cfg.widths).strip()
+    l_len = cfg.num_speculative_tokens
+    special = cfg.drafter == "none" or cfg.mode == "ssd" or cfg.draft_placement == "submesh"
+    if text == "fixed" or (text == "auto" and special):
+        return ()
+    if text == "auto":
+        return (0, l_len)
+    try:
+        chosen = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"widths={text!r}: give auto, fixed or comma-separated draft lengths such as "
+            f"0,2,{l_len}"
+        ) from None
+    if special:
+        raise ConfigError(
+            "widths: mode=ssd, drafter=none and draft_placement=submesh keep one width; set "
+            "widths=auto or fixed"
+        )
+    try:
+        check_widths(chosen, l_len)
+    except ValueError as e:
+        raise ConfigError(f"widths: {e}") from None
+    return chosen
 
 
 def shape_buckets(cfg):

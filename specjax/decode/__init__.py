@@ -23,19 +23,15 @@ from specjax.decode import compile_cache
 from specjax.decode.buckets import EXACT, ShapeBuckets
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.inputs import PreparedBatch, prepare
-from specjax.decode.loop import (
+from specjax.decode.loop import Generation, Stream, compile_generation, generate, outputs
+from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.programs import (
     PROGRAMS,
-    Generation,
-    Stream,
-    compile_generation,
     constrain_state,
     decode_program,
-    generate,
-    outputs,
     prefill_program,
     state_shardings,
 )
-from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.ssd import generate_ssd, ssd_counts, ssd_rates, ssd_table, verify_round
 from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (

@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from specjax import verify
+from specjax.decode.widths import AUTO, RANDOM
 from specjax.sampling import SamplingParams
+
+WIDTH_POLICIES = {"auto": AUTO, "random": RANDOM}
 
 AUTOREGRESSIVE = "autoregressive"
 """Pseudo-verifier name: decode one target token per step (the baseline)."""
@@ -23,6 +26,11 @@ class DecodeConfig:
       stop_tokens: ids that end a row (kept in the output), e.g. the tokenizer's EOS.
       replacement: for ``specinfer``: whether the drafter drew sibling paths i.i.d. (True) or
         without replacement (False).
+      widths: draft lengths a step chooses among, ascending, e.g. ``(0, 2, L)``
+        (:mod:`specjax.decode.widths`): 0 is a one-token target step, w > 0 a speculative step
+        drafting w tokens per path. ``()`` (the default): every step drafts the drafter's L.
+      width_policy: how the width is chosen: ``"auto"`` (the goodput controller) or
+        ``"random"`` (uniformly per step, for exactness tests).
     """
 
     verifier: str = "block"
@@ -30,6 +38,8 @@ class DecodeConfig:
     max_new_tokens: int = 64
     stop_tokens: tuple[int, ...] = ()
     replacement: bool = True
+    widths: tuple[int, ...] = ()
+    width_policy: str = "auto"
 
     def __post_init__(self):
         if self.verifier != AUTOREGRESSIVE:
@@ -46,6 +56,18 @@ class DecodeConfig:
                 f"verifier {self.verifier!r} assumes i.i.d. draft paths; set replacement=True "
                 "(only specinfer verifies paths drawn without replacement)"
             )
+
+        if self.width_policy not in WIDTH_POLICIES:
+            raise ValueError(
+                f"width_policy {self.width_policy!r} is not one of {sorted(WIDTH_POLICIES)}"
+            )
+        if self.widths and not self.speculative:
+            raise ValueError("widths need a speculative verifier (not 'autoregressive')")
+
+    @property
+    def force_width(self) -> int:
+        """The controller's ``force`` input for :attr:`width_policy`."""
+        return WIDTH_POLICIES[self.width_policy]
 
     @property
     def speculative(self) -> bool:

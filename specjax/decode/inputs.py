@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from specjax.decode import widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 
@@ -73,6 +74,12 @@ def check_drafter(target, drafter, config: DecodeConfig) -> None:
     if drafter is None:
         return
     check_paths(config, drafter.num_paths, drafter.greedy_only)
+    widths.check_widths(config.widths, drafter.draft_len)
+    if config.widths and not hasattr(drafter, "skip"):
+        raise ValueError(
+            f"{type(drafter).__name__} cannot skip a step, so it cannot change its width; "
+            "set widths=()"
+        )
     if drafter.replacement != config.replacement:
         raise ValueError("drafter and verifier disagree on replacement; set both the same")
     if drafter.vocab_size != target.config.vocab_size:

@@ -10,12 +10,9 @@ kept per shape, so prompts of different lengths reuse the same two programs.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,19 +20,21 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
+from specjax.decode import widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import PreparedBatch, check_seed, prepare
 from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import DecodeState
-from specjax.decode.step import init_state, step
-from specjax.drafters.feature import FeatureState
-from specjax.models.cache import KVCache
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
+
+CALIBRATION_STEPS, CALIBRATION_ROUNDS = 2, 1
+"""Steps per width per round, and rounds, of :meth:`_Run.calibrate` (widths interleaved)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,163 +58,6 @@ class Generation:
     def compile_seconds(self) -> float:
         """Time spent compiling (not part of ``metrics.seconds``)."""
         return self.metrics.compile_seconds
-
-
-def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
-    """The mesh layout of a decode state (a DecodeState of NamedShardings): rows over
-    ``data``; KV caches also split their KV heads over ``model`` (the draft's only when it is
-    tensor-parallel)."""
-    rows = lambda x: sharding.batch_sharding(mesh, len(x.shape))
-    fields = {
-        f.name: jax.tree.map(rows, getattr(state, f.name))
-        for f in dataclasses.fields(state)
-        if f.name not in ("target_cache", "draft_state")
-    }
-
-    def cache_layout(tensor_parallel: bool) -> KVCache:
-        kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))
-        return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
-
-    draft = state.draft_state
-    if isinstance(draft, KVCache):
-        draft = cache_layout(draft_tp)
-    elif isinstance(draft, FeatureState):  # a replicated head: its cache split over rows only
-        draft = FeatureState(cache_layout(False), rows(draft.pending), rows(draft.num_pending))
-    else:
-        draft = jax.tree.map(rows, draft)
-    return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
-
-
-def constrain_state(state: DecodeState, mesh: Mesh | None, draft_tp: bool) -> DecodeState:
-    """Keeps the state on its mesh layout inside a compiled program (identity without a mesh)."""
-    if mesh is None:
-        return state
-    return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh, draft_tp))
-
-
-def _readable_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
-    """Output layout of the programs: caches as inside the loop, everything else replicated
-    so that every process can read tokens, lengths and counters."""
-    inner = state_shardings(state, mesh, draft_tp)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    small = {
-        f.name: jax.tree.map(lambda _: replicated, getattr(inner, f.name))
-        for f in dataclasses.fields(inner)
-        if f.name not in ("target_cache", "draft_state")
-    }
-    draft = inner.draft_state
-    if not isinstance(state.draft_state, KVCache):
-        draft = jax.tree.map(lambda _: replicated, draft)
-    return inner.replace(**small, draft_state=draft)
-
-
-def prefill_program(target, drafter, prompts, prompt_lengths, active, seed, *, capacity, buffer):
-    """Prompts -> the initial :class:`DecodeState` (padding rows start done)."""
-    state = init_state(
-        target,
-        drafter,
-        prompts,
-        prompt_lengths,
-        jax.random.key(seed),
-        capacity=capacity,
-        buffer=buffer,
-    )
-    return state.replace(done=~active)
-
-
-def decode_program(target, drafter, state, max_steps, *, config, mesh=None, draft_tp=False):
-    """Runs ``step`` until every row is done or ``max_steps`` steps have run."""
-    constrain = lambda s: constrain_state(s, mesh, draft_tp)
-    cond = lambda c: (c[0] < max_steps) & ~jnp.all(c[1].done)
-    body = lambda c: (c[0] + 1, constrain(step(target, drafter, c[1], config)))
-    return jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))[1]
-
-
-def signature(args) -> tuple:
-    """What a compiled program depends on: pytree structure (static fields included), shapes,
-    dtypes and layouts of the leaves."""
-    leaves, treedef = jax.tree.flatten(args)
-    avals = tuple(
-        (tuple(x.shape), x.dtype, getattr(x, "weak_type", False), getattr(x, "sharding", None))
-        for x in leaves
-    )
-    return treedef, avals
-
-
-class ProgramCache:
-    """Compiled programs kept by key; the least recently used beyond ``capacity`` are dropped
-    (XLA:CPU runs out of code memory after many dozens of programs)."""
-
-    def __init__(self, capacity: int):
-        self._kept: collections.OrderedDict = collections.OrderedDict()
-        self.capacity = capacity
-
-    def get(self, key, build: Callable[[], Any]) -> tuple[Any, bool]:
-        """``(program, built)``: the program kept under ``key``, else ``build()``'s."""
-        built = key not in self._kept
-        if built:
-            self._kept[key] = build()
-            while len(self._kept) > self.capacity:
-                self._kept.popitem(last=False)
-        self._kept.move_to_end(key)
-        return self._kept[key], built
-
-    def clear(self) -> None:
-        """Drops every kept program."""
-        self._kept.clear()
-
-
-class _Programs:
-    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
-
-    def __init__(self, capacity: int = 24):
-        self.kept = ProgramCache(capacity)
-        self.compiled = 0  # programs compiled so far in this process
-
-    def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
-        """The (prefill, decode) executables for prefill arguments ``args``."""
-        key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
-        pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
-        self.compiled += 2 * built
-        return pair
-
-    @staticmethod
-    def _compile(args, sizes, config, mesh, draft_tp):
-        prefill = functools.partial(prefill_program, **sizes)
-        decode = functools.partial(decode_program, config=config, mesh=mesh, draft_tp=draft_tp)
-        state = jax.eval_shape(prefill, *args)
-        steps = jax.ShapeDtypeStruct((), np.int32)
-        if mesh is None:
-            prefill_jit, decode_jit = jax.jit(prefill), jax.jit(decode, donate_argnums=(2,))
-        else:
-            out = _readable_shardings(state, mesh, draft_tp)
-            state = jax.tree.map(
-                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, out
-            )
-            replicated = NamedSharding(mesh, PartitionSpec())
-            steps = jax.ShapeDtypeStruct((), np.int32, sharding=replicated)
-            shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
-            prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
-            decode_args = (args[0], args[1], state, steps)
-            decode_jit = jax.jit(
-                decode,
-                in_shardings=shardings_of(decode_args),
-                out_shardings=out,
-                donate_argnums=(2,),
-            )
-        target, drafter = args[0], args[1]
-        return (
-            prefill_jit.lower(*args).compile(),
-            decode_jit.lower(target, drafter, state, steps).compile(),
-        )
-
-    def clear(self) -> None:
-        """Drops every kept program."""
-        self.kept.clear()
-
-
-PROGRAMS = _Programs()
-"""This process's compiled generation programs (``PROGRAMS.compiled`` counts compilations)."""
 
 
 def compile_generation(
@@ -281,7 +123,7 @@ class _Run:
                 self.put_scalar(seed),
             )
         sizes = dict(capacity=b.capacity, buffer=b.buffer)
-        self.prefill, self.decode_executable = PROGRAMS.get(
+        self.prefill, self.decode_executable, self.key = PROGRAMS.get(
             self.args, sizes, config, mesh, self.draft_tp
         )
         self.compile_seconds = time.perf_counter() - start
@@ -291,10 +133,46 @@ class _Run:
         """Runs prefill."""
         return self.prefill(*self.args)
 
-    def decode(self, state: DecodeState, max_steps: int) -> DecodeState:
-        """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards)."""
+    @property
+    def costs(self) -> np.ndarray:
+        """The width costs the controller uses: measured (:meth:`calibrate`) or guessed."""
+        known = PROGRAMS.costs.get(self.key)
+        if known is not None:
+            return known
+        return widths.guess_costs(self.config.widths, self.drafter.num_paths)
+
+    def decode(self, state: DecodeState, max_steps: int, force: int = widths.AUTO) -> DecodeState:
+        """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards);
+        ``force``: the width policy (:data:`~specjax.decode.widths.AUTO`, or a width index)."""
         steps = self.put_scalar(np.int32(max_steps))
-        return self.decode_executable(self.target, self.drafter, state, steps)
+        policy = None
+        if self.config.widths:
+            force = self.config.force_width if force == widths.AUTO else force
+            policy = widths.Policy(self.put_scalar(self.costs), self.put_scalar(np.int32(force)))
+        return self.decode_executable(self.target, self.drafter, state, steps, policy)
+
+    def calibrate(self, state: DecodeState) -> DecodeState:
+        """Measures the cost of a step at each width on this program, once per program: a few
+        real decoding steps forced at each width (their tokens are kept: every width is an
+        exact step), timed. Stops early, measuring nothing, if every row finishes."""
+        if not self.config.widths or self.key in PROGRAMS.costs:
+            return state
+        seconds = np.zeros(len(self.config.widths))
+        steps = np.zeros(len(self.config.widths))
+        for i in range(len(self.config.widths)):  # untimed: a width's first run is slower
+            state = self.decode(state, 1, force=i)
+        for _ in range(CALIBRATION_ROUNDS):
+            for i in range(len(self.config.widths)):
+                before = jax.device_get(state.control.steps)[i]
+                start = time.perf_counter()
+                state = self.decode(state, CALIBRATION_STEPS, force=i)
+                taken, done = jax.device_get((state.control.steps, state.done))
+                seconds[i] += time.perf_counter() - start
+                steps[i] += taken[i] - before
+                if np.all(done):
+                    return state
+        PROGRAMS.costs[self.key] = widths.costs_from_timings(list(seconds / steps))
+        return state
 
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)
@@ -341,6 +219,7 @@ def generate(
     state = run.decode(run.start(), 1)
     first_lengths = jax.device_get(state.lengths)  # waits for the first step
     first = time.perf_counter() - start
+    state = run.calibrate(state)  # (adaptive widths, once per program)
     state = jax.block_until_ready(run.decode(state, UNLIMITED))
     seconds = time.perf_counter() - start
     first_tokens = int(np.sum((first_lengths - run.batch.lengths)[: run.batch.rows]))
@@ -367,6 +246,7 @@ class Stream:
     ):
         self._run = _Run(target, drafter, prompts, config, seed, None, buckets)
         self.result: Generation | None = None
+        self.widths_taken: list[int] = []  # with config.widths: each yielded step's width
 
     def __iter__(self) -> Iterator[list[list[int]]]:
         run, rows = self._run, self._run.batch.rows
@@ -374,11 +254,16 @@ class Stream:
         state = run.start()
         seen = np.asarray(run.batch.lengths).copy()
         first = first_tokens = None
+        widths = self._run.config.widths
         while True:
             state = run.decode(state, 1)
             now, done = jax.device_get((state.lengths, state.done))
             if first is None:
                 first, first_tokens = time.perf_counter() - start, int(np.sum((now - seen)[:rows]))
+                state = run.calibrate(state)  # (adaptive widths, once per program)
+                now, done = jax.device_get((state.lengths, state.done))
+            if widths:
+                self.widths_taken.append(widths[int(jax.device_get(state.control.last))])
             tokens = np.asarray(state.tokens) if np.any(now > seen) else None
             yield [
                 tokens[b, seen[b] : now[b]].tolist() if tokens is not None else []

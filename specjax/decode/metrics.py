@@ -7,6 +7,8 @@
 * tokens/s (generated tokens over the timed run: prefill and decode, compilation excluded),
   speedup = autoregressive time / speculative time for the same prompts and length, measured in
   the same run;
+* steps per width: decode steps taken at each draft width when the width is chosen per step
+  (``DecodeConfig.widths``);
 * time to first token (prefill plus the first step), decode tokens/s (the tokens after the first
   step over the time after it) and compile time (0 when every program was compiled before),
   each reported on its own.
@@ -70,6 +72,7 @@ class Metrics:
     proposed_tokens: int = 0
     position_accepted: list[int] = dataclasses.field(default_factory=list)
     position_proposed: list[int] = dataclasses.field(default_factory=list)
+    width_steps: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_counts(
@@ -118,7 +121,7 @@ class Metrics:
         timing = timing if isinstance(timing, Timing) else Timing(timing)
         s = jax.device_get(state.stats)
         generated = np.sum(jax.device_get(state.lengths - state.prompt_lengths))
-        return cls.from_counts(
+        metrics = cls.from_counts(
             np.sum(s.steps),
             np.sum(s.accepted),
             np.sum(s.proposed),
@@ -129,6 +132,12 @@ class Metrics:
             generated,
             timing,
         )
+        control = state.control
+        if control is None:
+            return metrics
+        steps = jax.device_get(control.steps)
+        by_width = {w: int(n) for w, n in zip(control.widths, steps, strict=True)}
+        return dataclasses.replace(metrics, width_steps=by_width)
 
     @classmethod
     def combine(cls, parts: list[Metrics]) -> Metrics:
@@ -149,8 +158,13 @@ class Metrics:
             Timing(total("seconds"), total("compile_seconds")),
         )
         decode_seconds, decode_tokens = total("decode_seconds"), total("decode_tokens")
+        width_steps: dict[int, int] = {}
+        for m in parts:
+            for w, n in m.width_steps.items():
+                width_steps[w] = width_steps.get(w, 0) + n
         return dataclasses.replace(
             combined,
+            width_steps=width_steps,
             time_to_first_token=float(np.mean([m.time_to_first_token for m in parts])),
             decode_seconds=decode_seconds,
             decode_tokens=decode_tokens,
@@ -169,6 +183,11 @@ class Metrics:
             ("per-position acceptance", " ".join(f"{a:.2f}" for a in self.per_position_acceptance)),
             ("accepted-length histogram", " ".join(map(str, self.accepted_length_histogram))),
             ("target forwards", str(self.target_forwards)),
+            *(
+                [("steps per width", "  ".join(f"{w}: {n}" for w, n in self.width_steps.items()))]
+                if self.width_steps
+                else []
+            ),
             ("generated tokens", str(self.generated_tokens)),
             ("tokens/s", f"{self.tokens_per_second:.1f} ({self.seconds:.3f} s, compile excluded)"),
         ]

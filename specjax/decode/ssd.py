@@ -28,8 +28,9 @@ import numpy as np
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import check_seed, prepare
-from specjax.decode.loop import Generation, ProgramCache, outputs, signature
+from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.programs import ProgramCache, signature
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.speculation import FROM_CACHE, Outcome, SSDStats

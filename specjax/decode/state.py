@@ -29,6 +29,8 @@ class DecodeState:
       draft_state: the drafter's state (a draft cache, or ``()``).
       keys: per-row PRNG keys ``[B]`` (rows never share randomness).
       stats: the rows' :class:`StepStats`.
+      control: the draft-width controller (:class:`~specjax.decode.widths.WidthControl`) when
+        the step chooses its width (``DecodeConfig.widths``), else None.
     """
 
     tokens: Array
@@ -39,6 +41,7 @@ class DecodeState:
     draft_state: Any
     keys: PRNGKey
     stats: StepStats
+    control: Any = None
 
     @property
     def batch(self) -> int:

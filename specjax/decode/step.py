@@ -7,6 +7,7 @@ that are done still flow through the step (static shapes) but nothing of theirs 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 
 from specjax import sampling, tree, verify
 from specjax.buffers import append_rows
+from specjax.decode import widths as width_control
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
 from specjax.drafters.base import Draft
@@ -33,6 +35,7 @@ def init_state(
     capacity: int,
     buffer: int,
     draft_len: int | None = None,
+    widths: tuple[int, ...] = (),
 ) -> DecodeState:
     """Prefills target (and drafter) caches with every prompt token but the last.
 
@@ -44,6 +47,8 @@ def init_state(
       capacity: S of the KV caches; buffer: length of the token buffer.
       draft_len: L when ``drafter`` is None but a drafter elsewhere (its own devices) drafts;
         the state then has no draft state.
+      widths: the draft widths a step chooses among (``DecodeConfig.widths``); () for a fixed
+        width (the state then has no :class:`~specjax.decode.widths.WidthControl`).
     """
     b, t = prompts.shape
     if drafter is not None:
@@ -67,7 +72,16 @@ def init_state(
         draft_state=draft_state,
         keys=sampling.row_keys(key, b),
         stats=StepStats.zeros(b, draft_len),
+        control=None
+        if not widths
+        else width_control.WidthControl.init(
+            b, draft_len, widths, jax.random.fold_in(key, CONTROL_STREAM)
+        ),
     )
+
+
+CONTROL_STREAM = 0x7FFFFFFF
+"""``fold_in`` data of the width controller's key (rows use ``0 .. B - 1``)."""
 
 
 def feature_layers(drafter) -> tuple[int, ...]:
@@ -102,16 +116,27 @@ def last_tokens(state: DecodeState) -> Array:
     return jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
 
 
-def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeConfig):
-    """One target token per active row, sampled exactly as the speculative step's target law."""
+def autoregressive_step(
+    target: PureModel, state: DecodeState, config: DecodeConfig, features: tuple[int, ...] = ()
+):
+    """One target token per active row, sampled exactly as the speculative step's target law.
+
+    With ``features`` (target blocks a feature drafter reads) it returns ``(state, hidden)``,
+    ``hidden [B, 1, A, D]`` the fed token's features from the same forward.
+    """
     keys, k_sample = split_keys(state.keys, 2)
-    logits, cache = target(last_tokens(state), cache=state.target_cache)  # [B, 1, V]
+    if features:
+        logits, cache, hidden = target(
+            last_tokens(state), cache=state.target_cache, features=features
+        )  # [B, 1, V], _, [B, 1, A, D]
+    else:
+        logits, cache = target(last_tokens(state), cache=state.target_cache)  # [B, 1, V]
     token = sampling.next_tokens(k_sample, logits[:, 0], config.sampling)  # [B]
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))
     none = jnp.zeros_like(token)
-    return state.replace(
+    new = state.replace(
         tokens=tokens,
         lengths=lengths,
         done=done,
@@ -119,6 +144,7 @@ def autoregressive_step(target: PureModel, state: DecodeState, config: DecodeCon
         keys=keys,
         stats=state.stats.record(active, none, none),
     )
+    return (new, hidden) if features else new
 
 
 def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
@@ -261,8 +287,94 @@ def verify_and_commit(
     return new_state, path, tau
 
 
-def step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig) -> DecodeState:
-    """The step ``config`` asks for (speculative, or autoregressive when drafter is None)."""
-    if config.speculative:
-        return speculative_step(target, drafter, state, config)
-    return autoregressive_step(target, state, config)
+def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
+    """Width 0 of an adaptive step: a genuine one-token target step. The drafter drafts
+    nothing; it only takes note of the committed token (``drafter.skip``)."""
+    layers = feature_layers(drafter)
+    if layers:
+        new, hidden = autoregressive_step(target, state, config, layers)
+        extra = {"features": hidden}
+    else:
+        new, extra = autoregressive_step(target, state, config), {}
+    draft_state = drafter.skip(state.draft_state, state.tokens, state.lengths, ~state.done, **extra)
+    return new.replace(draft_state=draft_state)
+
+
+def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
+    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``,
+    known before drafting (an n-gram drafter's match; L and -1 for drafters that must draft)."""
+    hint = getattr(drafter, "hint", None)
+    if hint is None:
+        b = state.batch
+        return jnp.full((b,), drafter.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
+    return hint(state.tokens, state.lengths)
+
+
+def choose_width(
+    drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
+) -> tuple[Array, DecodeState]:
+    """The index into ``config.widths`` of the width the next step takes (a replicated scalar),
+    from what is known before it drafts (:func:`specjax.decode.widths.choose`), and the state
+    with the controller's bookkeeping done."""
+    hint, _ = width_hint(drafter, state)
+    probe = not hasattr(drafter, "hint")  # no free look at its first proposal: probe
+    index, control = width_control.choose(
+        state.control, policy, hint, ~state.done, config.widths, probe
+    )
+    return index, state.replace(control=control)
+
+
+def width_step(
+    target: PureModel, drafter, state: DecodeState, config: DecodeConfig, index: int
+) -> DecodeState:
+    """One exact step at the static width ``config.widths[index]`` (chosen beforehand by
+    :func:`choose_width`), and the controller's estimates updated from its verdicts."""
+    active = ~state.done
+    width = config.widths[index]
+    if width == 0:
+        hint, first = width_hint(drafter, state)  # [B], [B]
+        new = skip_step(target, drafter, state, config)
+        token = jnp.take_along_axis(new.tokens, state.lengths[:, None], axis=1)[:, 0]
+        offered = (hint > 0) & (first >= 0)  # a free proposal: would it have been accepted?
+        tau, proposed = (offered & (token == first)).astype(jnp.int32), offered.astype(jnp.int32)
+    else:
+        narrow = dataclasses.replace(drafter, draft_len=width)
+        new = speculative_step(target, narrow, state, config)
+        tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
+    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed)
+    return new.replace(control=control)
+
+
+def adaptive_step(
+    target: PureModel,
+    drafter,
+    state: DecodeState,
+    config: DecodeConfig,
+    policy: width_control.Policy,
+) -> DecodeState:
+    """One step at the width the controller picks among ``config.widths`` (a ``lax.switch``
+    over :func:`width_step`; the decode program runs the same steps as nested loops instead,
+    see :func:`specjax.decode.programs.decode_program`)."""
+    index, state = choose_width(drafter, state, config, policy)
+    branches = [
+        functools.partial(width_step, target, drafter, config=config, index=i)
+        for i in range(len(config.widths))
+    ]
+    return jax.lax.switch(index, branches, state)
+
+
+def step(
+    target: PureModel,
+    drafter,
+    state: DecodeState,
+    config: DecodeConfig,
+    policy: width_control.Policy | None = None,
+) -> DecodeState:
+    """The step ``config`` asks for: autoregressive when not speculative, adaptive when the
+    state carries a width controller (``policy`` then gives its costs), else speculative at the
+    drafter's full width."""
+    if not config.speculative:
+        return autoregressive_step(target, state, config)
+    if state.control is not None:
+        return adaptive_step(target, drafter, state, config, policy)
+    return speculative_step(target, drafter, state, config)

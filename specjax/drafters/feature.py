@@ -121,6 +121,18 @@ class FeatureDrafter:
             jnp.ones((b,), jnp.int32),
         )
 
+    def _feed(self, state: FeatureState, tokens: Array) -> tuple[Array, Array, KVCache]:
+        """Feeds the pending pairs: ``(h [B, P, D], logits [B, P, W], cache)``, the cache then
+        holding every committed position (P = L + 1 pending slots)."""
+        head = self.head.module
+        seen = state.cache.lengths
+        span = jnp.arange(state.pending.shape[1])[None, :]
+        idx = jnp.clip(seen[:, None] + span, 0, tokens.shape[1] - 1)
+        h, logits, cache = head(
+            head.fuse(state.pending), jnp.take_along_axis(tokens, idx, axis=1), cache=state.cache
+        )
+        return h, logits, cache.rollback(seen + state.num_pending)
+
     def propose(
         self, state: FeatureState, keys: PRNGKey, tokens: Array, lengths: Array
     ) -> tuple[Draft, FeatureState]:
@@ -128,13 +140,8 @@ class FeatureDrafter:
         head = self.head.module
         k_paths, l_len = self.num_paths, self.draft_len
         b = lengths.shape[0]
-        cache, n_p = state.cache, state.num_pending
-        seen = cache.lengths
-        idx = jnp.clip(seen[:, None] + jnp.arange(l_len + 1)[None, :], 0, tokens.shape[1] - 1)
-        h, logits, cache = head(
-            head.fuse(state.pending), jnp.take_along_axis(tokens, idx, axis=1), cache=cache
-        )
-        cache = cache.rollback(seen + n_p)  # == lengths
+        h, logits, cache = self._feed(state, tokens)
+        n_p = state.num_pending
         pick = (n_p - 1)[:, None, None]
         h_root = jnp.take_along_axis(h, pick, axis=1)[:, 0]  # [B, D]
         q_w, q = self._law(jnp.take_along_axis(logits, pick, axis=1)[:, 0])  # [B, W], [B, V]
@@ -179,10 +186,34 @@ class FeatureDrafter:
         del path  # the features already follow the accepted path
         cache = after.cache.rollback(jnp.where(active, lengths, before.cache.lengths))
         keep = active[:, None, None, None]
+        slots = before.pending.shape[1]  # L + 1 of the full-width drafter (this one: maybe less)
+        features = jnp.pad(
+            features.astype(jnp.float32), ((0, 0), (0, slots - features.shape[1]), (0, 0), (0, 0))
+        )
         return FeatureState(
             cache,
-            jnp.where(keep, features.astype(jnp.float32), before.pending),
+            jnp.where(keep, features, before.pending),
             jnp.where(active, num_accepted + 1, before.num_pending).astype(jnp.int32),
+        )
+
+    def skip(
+        self, state: FeatureState, tokens: Array, lengths: Array, active: Array, *, features: Array
+    ) -> FeatureState:
+        """A step without a draft that committed one token per active row: its pair (the fed
+        token's target features ``features [B, 1, A, D]``, the new token) becomes pending. When
+        a row's pending slots are full, the pending pairs are fed first (one head forward)."""
+        del lengths
+        full = jnp.any(active & (state.num_pending >= state.pending.shape[1]))
+        flushed = lambda s: FeatureState(
+            self._feed(s, tokens)[2], s.pending, jnp.zeros_like(s.num_pending)
+        )
+        state = jax.lax.cond(full, flushed, lambda s: s, state)
+        slot = jnp.arange(state.pending.shape[1])[None, :] == state.num_pending[:, None]  # [B, P]
+        keep = (active[:, None] & slot)[:, :, None, None]
+        return FeatureState(
+            state.cache,
+            jnp.where(keep, features.astype(jnp.float32), state.pending),
+            jnp.where(active, state.num_pending + 1, state.num_pending).astype(jnp.int32),
         )
 
 

@@ -80,7 +80,8 @@ class ModelDrafter:
         """Drafts K paths of L tokens after ``tokens[b, :lengths[b]]``.
 
         Args:
-          state: the draft cache; it holds all but the last one or two committed tokens.
+          state: the draft cache; it holds all but the last one or more committed tokens (more
+            after steps that skipped drafting: :meth:`catch_up` feeds them first).
           keys: per-row PRNG keys ``[B]``.
           tokens: int ``[B, S]`` token buffer.
           lengths: int ``[B]`` committed tokens per row.
@@ -90,7 +91,7 @@ class ModelDrafter:
         """
         k_paths, l_len = self.num_paths, self.draft_len
         b = lengths.shape[0]
-        cache = state
+        cache = self.catch_up(state, tokens, lengths)
         seen = cache.lengths
         unseen = lengths - seen  # [B] 1 or 2
         idx = jnp.clip(seen[:, None] + jnp.arange(2)[None, :], 0, tokens.shape[1] - 1)
@@ -126,6 +127,30 @@ class ModelDrafter:
         num_draft = jnp.where(valid, l_len, 0).astype(jnp.int32)
         return Draft(draft, probs, num_draft), cache
 
+    def catch_up(self, cache: KVCache, tokens: Array, lengths: Array) -> KVCache:
+        """Feeds committed tokens the cache has not seen, L + 1 per forward, until it misses at
+        most the last two (what :meth:`propose` feeds itself); no forward when none misses more.
+
+        Args:
+          cache: the draft cache; tokens: int ``[B, S]``; lengths: int ``[B]`` committed tokens.
+        """
+        chunk = self.draft_len + 1
+        span = jnp.arange(chunk)[None, :]
+
+        def behind(cache):
+            return jnp.any(lengths - cache.lengths > 2)
+
+        def feed(cache):
+            idx = jnp.clip(cache.lengths[:, None] + span, 0, tokens.shape[1] - 1)
+            _, fed = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
+            return fed.rollback(jnp.minimum(cache.lengths + chunk, lengths - 1))
+
+        return jax.lax.while_loop(behind, feed, cache)
+
+    def skip(self, state: KVCache, tokens: Array, lengths: Array, active: Array) -> KVCache:
+        """A step without a draft: nothing fed now (the next :meth:`propose` catches up)."""
+        return state
+
     def commit(
         self,
         before: KVCache,
@@ -142,4 +167,6 @@ class ModelDrafter:
             cache = after.compact(lengths, sources, keep)
         else:  # a chain's fed nodes already sit right after the root
             cache = after.rollback(lengths + keep)
-        return cache.rollback(jnp.where(active, cache.lengths, before.lengths))
+        # Done rows keep the committed tokens propose fed (all of them but the last).
+        done_rows = jnp.maximum(before.lengths, lengths - 1)
+        return cache.rollback(jnp.where(active, cache.lengths, done_rows))

@@ -103,3 +103,13 @@ class NgramDrafter:
     def commit(self, before, after, lengths, path, num_accepted, active) -> tuple:
         """Nothing to keep."""
         return after
+
+    def hint(self, tokens: Array, lengths: Array) -> tuple[Array, Array]:
+        """``(tokens the best path would propose [B], its first token [B])``, before drafting
+        (the adaptive step's width choice reads them)."""
+        draft, _ = self.propose((), None, tokens, lengths)
+        return jnp.max(draft.num_draft, axis=1), draft.tokens[:, 0, 0]
+
+    def skip(self, state: tuple, tokens, lengths, active) -> tuple:
+        """A step without a draft: nothing to keep."""
+        return state

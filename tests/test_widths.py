@@ -1,0 +1,287 @@
+"""The draft width chosen per step (``DecodeConfig.widths``): greedy output == autoregressive
+output with widths drawn at random per step and with the controller on (every verifier, every
+drafter, a batch of mixed lengths, a stop token mid-draft); the sequence law at temperature 1 with
+random widths, and the same test catching a planted controller that peeks at the current verdict;
+drafters' state kept in step over skipped steps; the controller's choices; no KV-cache copies
+around the branches in the compiled program."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from specjax import sampling
+from specjax.decode import (
+    PROGRAMS,
+    DecodeConfig,
+    autoregressive_step,
+    compile_generation,
+    generate,
+    loop,
+    prefill_program,
+    prepare,
+    speculative_step,
+    step,
+)
+from specjax.decode import widths as W
+from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters.feature import FeatureDrafter
+from specjax.models import Llama
+from specjax.models.pure import PureModel, prefill
+from specjax.testing import pair, sharpened, tiny_config
+from tests.test_decode_lossless import NEW, PROMPT, ROWS, chi_square_pvalue, exact_joint
+from tests.test_decode_lossless import pair as lossless_pair  # noqa: F401 (a fixture)
+from tests.test_feature_drafter import PROMPTS as FEATURE_PROMPTS
+from tests.test_feature_drafter import random_head
+
+GREEDY = sampling.SamplingParams(temperature=0.0)
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12], [3, 3, 3, 3, 3, 3]]
+NEW_TOKENS = 30
+
+
+@pytest.fixture(scope="module")
+def models():
+    return pair(sigma=0.05)
+
+
+@pytest.fixture(scope="module")
+def autoregressive(models):
+    target, _ = models
+    return generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, NEW_TOKENS)).tokens
+
+
+def _stop_token(rows):
+    """A token first appearing mid-way through row 0 (a stop there ends it mid-draft)."""
+    row = rows[0]
+    return next(row[i] for i in range(6, len(row)) if row[i] not in row[:i])
+
+
+SLOW = pytest.mark.slow
+CASES = [  # (verifier, K, drafter); the default tier keeps one chain, one tree, one n-gram
+    ("block", 1, "model"),
+    ("gbv", 3, "model"),
+    ("block", 1, "ngram"),
+    pytest.param("greedy", 1, "model", marks=SLOW),
+    pytest.param("token", 1, "model", marks=SLOW),
+    pytest.param("specinfer", 3, "model", marks=SLOW),
+    pytest.param("spectr", 3, "model", marks=SLOW),
+    pytest.param("specinfer", 2, "ngram", marks=SLOW),
+]
+
+
+def _drafter(kind, models, k, l_len=3):
+    target, draft = models
+    if kind == "ngram":
+        return NgramDrafter(target.config.vocab_size, l_len, num_paths=k)
+    return ModelDrafter(draft, GREEDY, k, l_len)
+
+
+@pytest.mark.parametrize("verifier,k,kind", CASES)
+def test_random_widths_greedy_equals_autoregressive(models, autoregressive, verifier, k, kind):
+    target, _ = models
+    drafter = _drafter(kind, models, k)
+    cfg = DecodeConfig(verifier, GREEDY, NEW_TOKENS, widths=(0, 1, 3), width_policy="random")
+    out = generate(target, PROMPTS, cfg, drafter, seed=3)
+    assert out.tokens == autoregressive
+    assert all(n > 0 for n in out.metrics.width_steps.values())  # every width was used
+    if kind == "model":  # rows accepting nothing and everything (mixed accept lengths)
+        hist = out.metrics.accepted_length_histogram
+        assert hist[0] > 0 and hist[3] > 0
+
+    stop = _stop_token(autoregressive)
+    ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, NEW_TOKENS, (stop,)))
+    cfg = DecodeConfig(
+        verifier, GREEDY, NEW_TOKENS, (stop,), widths=(0, 1, 3), width_policy="random"
+    )
+    assert generate(target, PROMPTS, cfg, drafter, seed=4).tokens == ar.tokens
+
+
+@pytest.mark.parametrize("kind", ["model", pytest.param("ngram", marks=SLOW)])
+def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
+    target, _ = models
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 2, 3))
+    out = generate(target, PROMPTS, cfg, _drafter(kind, models, 1))
+    assert out.tokens == autoregressive
+    assert sum(out.metrics.width_steps.values()) == out.metrics.target_forwards
+
+
+@pytest.mark.parametrize("verifier,k", [("block", 1), pytest.param("gbv", 3, marks=SLOW)])
+def test_feature_drafter_random_widths_greedy_equals_autoregressive(verifier, k):
+    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
+    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=k, draft_len=3)
+    cfg = DecodeConfig(verifier, GREEDY, 24, widths=(0, 1, 3), width_policy="random")
+    out = generate(target, FEATURE_PROMPTS, cfg, drafter, seed=5)
+    assert out.tokens == ar
+    assert all(n > 0 for n in out.metrics.width_steps.values())
+
+
+def test_feature_drafter_state_stays_in_step_over_skipped_steps():
+    """Runs of width-0 steps long enough to fill the pending slots (L + 1 = 4) and then full
+    steps: between steps the head's cache plus its pending pairs cover the committed tokens,
+    each pending pair carries the target's teacher-forced features of the position before it,
+    and the tokens are the autoregressive ones."""
+    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
+    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=1, draft_len=3)
+    cfg = DecodeConfig("block", GREEDY, 24, widths=(0, 3))
+    state = _initial(target, drafter, cfg, FEATURE_PROMPTS)
+    one = jax.jit(step, static_argnames=("config",))
+    forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers)[1])
+    costs = jnp.ones((2,), jnp.float32)
+    for force in [0] * 6 + [1, 1] + [0] * 5 + [1]:
+        state = one(target, drafter, state, cfg, W.Policy(costs, jnp.int32(force)))
+        ds = state.draft_state
+        seen, n_p = np.asarray(ds.cache.lengths), np.asarray(ds.num_pending)
+        lengths, done = np.asarray(state.lengths), np.asarray(state.done)
+        hidden = np.asarray(forced(target, state.tokens))  # [B, S, A, D]
+        for r in range(len(FEATURE_PROMPTS)):
+            if done[r]:
+                continue
+            assert seen[r] + n_p[r] == lengths[r]
+            for i in range(n_p[r]):
+                pos = seen[r] + i - 1  # the first pair of a sequence has no features
+                want = np.zeros_like(ds.pending[r, i]) if pos < 0 else hidden[r, pos]
+                np.testing.assert_allclose(ds.pending[r, i], want, atol=2e-5)
+    for r, prompt in enumerate(FEATURE_PROMPTS):
+        row = np.asarray(state.tokens[r, len(prompt) : state.lengths[r]]).tolist()
+        assert row == ar[r][: len(row)]
+
+
+def _initial(target, drafter, cfg, prompts):
+    b = prepare(target, drafter, prompts, cfg)
+    init = jax.jit(prefill_program, static_argnames=("capacity", "buffer", "widths"))
+    args = (b.prompts, b.lengths, b.active, np.int32(0))
+    return init(target, drafter, *args, capacity=b.capacity, buffer=b.buffer, widths=cfg.widths)
+
+
+def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
+    """After seven width-0 steps and one full-width step, the draft cache holds exactly what a
+    fresh prefill of the committed tokens holds (the skipped tokens were caught up)."""
+    target, draft = models
+    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    state = _initial(target, drafter, cfg, PROMPTS)
+    one = jax.jit(step, static_argnames=("config",))
+    costs = jnp.ones((2,), jnp.float32)
+    for force in [0] * 7 + [1]:
+        state = one(target, drafter, state, cfg, W.Policy(costs, jnp.int32(force)))
+    cache = state.draft_state
+    lengths = np.asarray(state.lengths)
+    seen = np.asarray(cache.lengths)
+    assert np.all(seen >= lengths - 2) and np.all(seen < lengths)
+    fresh = prefill(draft, state.tokens[:, : int(lengths.max())], state.lengths, cache.capacity)
+    for r in range(len(PROMPTS)):
+        np.testing.assert_allclose(
+            cache.k[:, r, : seen[r]], fresh.k[:, r, : seen[r]], atol=1e-5, rtol=1e-5
+        )
+
+
+def test_controller_choices():
+    widths = (0, 2, 4)
+    active = jnp.ones((3,), bool)
+    hint = jnp.full((3,), 4, jnp.int32)
+    costs = W.Policy(jnp.asarray([1.0, 1.2, 1.5]), jnp.int32(W.AUTO))
+    control = W.WidthControl.init(3, 4, widths, jax.random.key(0))
+    good = control.__class__(**{**control.__dict__, "accept": jnp.full((3, 4), 0.9)})
+    bad = control.__class__(**{**control.__dict__, "accept": jnp.full((3, 4), 0.1)})
+    assert int(W.choose(good, costs, hint, active, widths)[0]) == 2  # drafts pay: widest
+    assert int(W.choose(bad, costs, hint, active, widths)[0]) == 0  # they do not: one token
+    no_match = jnp.zeros((3,), jnp.int32)  # an n-gram drafter without a match: never draft
+    assert int(W.choose(good, costs, no_match, active, widths)[0]) == 0
+    # After PROBE width-0 steps the smallest width is tried once, then width 0 again for
+    # twice as long; never for a drafter whose first proposal is checked for free.
+    idle = bad
+    for wait in (W.PROBE, 2 * W.PROBE):
+        for _ in range(wait):
+            index, idle = W.choose(idle, costs, hint, active, widths)
+            assert int(index) == 0
+            assert int(W.choose(idle, costs, hint, active, widths, probe=False)[0]) == 0
+        index, idle = W.choose(idle, costs, hint, active, widths)
+        assert int(index) == 1 and int(idle.idle) == 0
+    # A forced width is obeyed whatever the estimates.
+    forced = W.Policy(costs.costs, jnp.int32(2))
+    assert int(W.choose(bad, forced, hint, active, widths)[0]) == 2
+    # Observing: positions past the first rejection, or not proposed, keep their estimates.
+    after = W.observe(control, jnp.int32(2), active, jnp.asarray([0, 2, 4]), jnp.asarray([4, 4, 1]))
+    a = np.asarray(after.accept)
+    prior, up, down = W.PRIOR, W.PRIOR + W.RATE * (1 - W.PRIOR), W.PRIOR * (1 - W.RATE)
+    np.testing.assert_allclose(a[0], [down, prior, prior, prior])
+    np.testing.assert_allclose(a[1], [up, up, down, prior])
+    np.testing.assert_allclose(a[2], [up, prior, prior, prior])
+    assert np.asarray(after.steps).tolist() == [0, 0, 1]
+
+
+def test_sequence_law_at_temperature_one_with_random_widths(lossless_pair):  # noqa: F811
+    target, draft = lossless_pair
+    params = sampling.SamplingParams(1.0)
+    cfg = DecodeConfig("block", params, NEW, widths=(0, 1, 2), width_policy="random")
+    out = generate(target, [PROMPT] * ROWS, cfg, ModelDrafter(draft, params, 1, 2), seed=7)
+    assert out.metrics.accepted_tokens > 0.1 * ROWS
+    assert chi_square_pvalue(out.tokens, exact_joint(target, params)) > 1e-3
+
+
+def _rows(mask, a, b):
+    """Row-wise select between two decode states (batch axis 1 for KV tensors)."""
+
+    def pick(x, y):
+        axis = 1 if x.ndim == 5 else 0  # [N, B, S, G, E] caches
+        m = mask.reshape((1,) * axis + (-1,) + (1,) * (x.ndim - axis - 1))
+        return jnp.where(m, x, y)
+
+    return jax.tree.map(pick, a, b)
+
+
+@SLOW
+def test_a_controller_that_peeks_at_the_verdict_is_caught(lossless_pair, monkeypatch):  # noqa: F811
+    """Planted bug: per row, keep the speculative step only where its draft was accepted, else
+    take a one-token step instead. It emits only accepted drafts or fresh target samples, which
+    biases the law; the sequence-law test must reject it. (The real step cannot do this: the
+    width is chosen before the branch that verifies runs.)"""
+    target, draft = lossless_pair
+    params = sampling.SamplingParams(1.0)
+
+    def peeking(target, drafter, state, config, policy=None):
+        spec = speculative_step(target, drafter, state, config)
+        plain = autoregressive_step(target, state, config)
+        plain = plain.replace(draft_state=spec.draft_state, keys=spec.keys)
+        return _rows(spec.stats.last_accepted > 0, spec, plain)
+
+    monkeypatch.setattr(loop, "step", peeking)
+    PROGRAMS.clear()
+    try:
+        cfg = DecodeConfig("block", params, NEW)
+        out = generate(target, [PROMPT] * ROWS, cfg, ModelDrafter(draft, params, 1, 2), seed=8)
+    finally:
+        PROGRAMS.clear()
+    assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
+
+
+def test_no_cache_copies_around_the_branches(models):
+    """The compiled adaptive decode program updates the donated KV caches in place: no copy of a
+    cache-sized buffer anywhere in it. (A ``lax.switch`` over the widths made XLA copy both
+    caches in and out of its branches; the program runs one inner loop per width instead.)"""
+    target, draft = models
+    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 1, 3))
+    _, decode = compile_generation(target, PROMPTS, cfg, drafter)
+    hlo = decode.as_text()
+    b = prepare(target, drafter, PROMPTS, cfg)
+    shapes = set()
+    for model in (target, draft):
+        c = model.config
+        dims = (c.num_layers, b.prompts.shape[0], b.capacity, c.num_kv_heads, c.head_dim)
+        shapes.add(",".join(map(str, dims)))
+    assert hlo.count(" while(") >= 2 + len(cfg.widths)  # decode, outer and per-width loops
+    copies = [
+        line
+        for line in hlo.splitlines()
+        if re.search(r"= \w+\[([\d,]+)\]\{[^}]*\} copy\(", line)
+        and re.search(r"\[([\d,]+)\]", line.split("=")[1]).group(1) in shapes
+    ]
+    assert not copies, copies[:3]

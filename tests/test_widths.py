@@ -210,10 +210,12 @@ def test_controller_choices():
     # Observing: positions past the first rejection, or not proposed, keep their estimates.
     after = W.observe(control, jnp.int32(2), active, jnp.asarray([0, 2, 4]), jnp.asarray([4, 4, 1]))
     a = np.asarray(after.accept)
-    prior, up, down = W.PRIOR, W.PRIOR + W.RATE * (1 - W.PRIOR), W.PRIOR * (1 - W.RATE)
-    np.testing.assert_allclose(a[0], [down, prior, prior, prior])
-    np.testing.assert_allclose(a[1], [up, up, down, prior])
-    np.testing.assert_allclose(a[2], [up, prior, prior, prior])
+    up = lambda p: p + W.RATE * (1 - p)
+    down = lambda p: p * (1 - W.RATE)
+    first, later = W.PRIOR, W.PRIOR_LATER
+    np.testing.assert_allclose(a[0], [down(first), later, later, later])
+    np.testing.assert_allclose(a[1], [up(first), up(later), down(later), later])
+    np.testing.assert_allclose(a[2], [up(first), later, later, later])
     assert np.asarray(after.steps).tolist() == [0, 0, 1]
 
 

@@ -20,6 +20,7 @@ interrupts.install_early("specjax.decode")  # only when this process is the CLI
 
 
 from specjax.decode import compile_cache
+from specjax.decode.adaptive import step
 from specjax.decode.buckets import EXACT, ShapeBuckets
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.inputs import PreparedBatch, prepare
@@ -40,7 +41,6 @@ from specjax.decode.step import (
     last_tokens,
     speculative_step,
     split_keys,
-    step,
     tree_inputs,
     verify_and_commit,
     verify_tree,

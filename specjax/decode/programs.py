@@ -22,9 +22,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
 from specjax.decode import widths
+from specjax.decode.adaptive import choose_width, step, width_step
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState
-from specjax.decode.step import choose_width, init_state, step, width_step
+from specjax.decode.step import init_state
 from specjax.drafters.feature import FeatureState
 from specjax.models.cache import KVCache
 

@@ -7,7 +7,6 @@ that are done still flow through the step (static shapes) but nothing of theirs 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -285,96 +284,3 @@ def verify_and_commit(
     if features:
         return new_state, path, tau, path_features(hidden, path, l_len)
     return new_state, path, tau
-
-
-def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
-    """Width 0 of an adaptive step: a genuine one-token target step. The drafter drafts
-    nothing; it only takes note of the committed token (``drafter.skip``)."""
-    layers = feature_layers(drafter)
-    if layers:
-        new, hidden = autoregressive_step(target, state, config, layers)
-        extra = {"features": hidden}
-    else:
-        new, extra = autoregressive_step(target, state, config), {}
-    draft_state = drafter.skip(state.draft_state, state.tokens, state.lengths, ~state.done, **extra)
-    return new.replace(draft_state=draft_state)
-
-
-def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
-    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``,
-    known before drafting (an n-gram drafter's match; L and -1 for drafters that must draft)."""
-    hint = getattr(drafter, "hint", None)
-    if hint is None:
-        b = state.batch
-        return jnp.full((b,), drafter.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
-    return hint(state.tokens, state.lengths)
-
-
-def choose_width(
-    drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
-) -> tuple[Array, DecodeState]:
-    """The index into ``config.widths`` of the width the next step takes (a replicated scalar),
-    from what is known before it drafts (:func:`specjax.decode.widths.choose`), and the state
-    with the controller's bookkeeping done."""
-    hint, _ = width_hint(drafter, state)
-    probe = not hasattr(drafter, "hint")  # no free look at its first proposal: probe
-    index, control = width_control.choose(
-        state.control, policy, hint, ~state.done, config.widths, probe
-    )
-    return index, state.replace(control=control)
-
-
-def width_step(
-    target: PureModel, drafter, state: DecodeState, config: DecodeConfig, index: int
-) -> DecodeState:
-    """One exact step at the static width ``config.widths[index]`` (chosen beforehand by
-    :func:`choose_width`), and the controller's estimates updated from its verdicts."""
-    active = ~state.done
-    width = config.widths[index]
-    if width == 0:
-        hint, first = width_hint(drafter, state)  # [B], [B]
-        new = skip_step(target, drafter, state, config)
-        token = jnp.take_along_axis(new.tokens, state.lengths[:, None], axis=1)[:, 0]
-        offered = (hint > 0) & (first >= 0)  # a free proposal: would it have been accepted?
-        tau, proposed = (offered & (token == first)).astype(jnp.int32), offered.astype(jnp.int32)
-    else:
-        narrow = dataclasses.replace(drafter, draft_len=width)
-        new = speculative_step(target, narrow, state, config)
-        tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
-    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed)
-    return new.replace(control=control)
-
-
-def adaptive_step(
-    target: PureModel,
-    drafter,
-    state: DecodeState,
-    config: DecodeConfig,
-    policy: width_control.Policy,
-) -> DecodeState:
-    """One step at the width the controller picks among ``config.widths`` (a ``lax.switch``
-    over :func:`width_step`; the decode program runs the same steps as nested loops instead,
-    see :func:`specjax.decode.programs.decode_program`)."""
-    index, state = choose_width(drafter, state, config, policy)
-    branches = [
-        functools.partial(width_step, target, drafter, config=config, index=i)
-        for i in range(len(config.widths))
-    ]
-    return jax.lax.switch(index, branches, state)
-
-
-def step(
-    target: PureModel,
-    drafter,
-    state: DecodeState,
-    config: DecodeConfig,
-    policy: width_control.Policy | None = None,
-) -> DecodeState:
-    """The step ``config`` asks for: autoregressive when not speculative, adaptive when the
-    state carries a width controller (``policy`` then gives its costs), else speculative at the
-    drafter's full width."""
-    if not config.speculative:
-        return autoregressive_step(target, state, config)
-    if state.control is not None:
-        return adaptive_step(target, drafter, state, config, policy)
-    return speculative_step(target, drafter, state, config)

@@ -44,8 +44,9 @@ import numpy as np
 
 from specjax.typing import Array, PRNGKey
 
-PRIOR = 0.5
-"""Initial per-position acceptance estimate."""
+PRIOR, PRIOR_LATER = 0.5, 0.35
+"""Initial acceptance estimates: of the first draft position, and of each later one given the
+earlier ones (cautious: a later position is only observed when a step reaches it)."""
 
 RATE = 0.25
 """Weight of the newest observation in the moving average."""
@@ -90,7 +91,7 @@ class WidthControl:
     ) -> WidthControl:
         """The controller before any step."""
         return cls(
-            accept=jnp.full((batch, draft_len), PRIOR, jnp.float32),
+            accept=jnp.full((batch, draft_len), PRIOR_LATER, jnp.float32).at[:, 0].set(PRIOR),
             idle=jnp.int32(0),
             probe_after=jnp.int32(PROBE),
             key=key,
@@ -136,6 +137,7 @@ def choose(
     active: Array,
     widths: tuple[int, ...],
     probe: bool = True,
+    random: bool = False,
 ) -> tuple[Array, WidthControl]:
     """The index of this step's width (a replicated scalar) and the controller after choosing.
 
@@ -147,6 +149,7 @@ def choose(
       widths: the static widths; ``widths[0]`` must be the smallest.
       probe: whether to probe after idle steps (False for drafters whose first proposal is
         checked for free at width 0, e.g. n-gram lookup).
+      random: whether ``policy.force`` may be :data:`RANDOM` (the draw is compiled in only then).
     """
     gain = expected_accepted(control.accept, hint, widths)  # [B, W]
     goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / policy.costs
@@ -157,8 +160,10 @@ def choose(
     auto = jnp.where(probing, 1, best)
     after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
     after = jnp.where(best > 0, PROBE, after)
-    key, k_draw = jax.random.split(control.key)
-    drawn = jax.random.randint(k_draw, (), 0, len(widths), jnp.int32)
+    key, drawn = control.key, jnp.int32(0)
+    if random:
+        key, k_draw = jax.random.split(control.key)
+        drawn = jax.random.randint(k_draw, (), 0, len(widths), jnp.int32)
     index = jnp.where(policy.force == AUTO, auto, jnp.where(policy.force == RANDOM, drawn, 0))
     index = jnp.where(policy.force >= 0, policy.force, index).astype(jnp.int32)
     index = jnp.clip(index, 0, len(widths) - 1)

@@ -1,0 +1,146 @@
+"""Steps that choose their draft width (:mod:`specjax.decode.widths`), and :func:`step`, the
+step a decode program runs.
+
+Width 0 is :func:`skip_step`, a genuine one-token target step in which the drafter only takes
+note of the committed token; width w > 0 is :func:`~specjax.decode.step.speculative_step` with
+the drafter narrowed to w tokens per path. :func:`choose_width` picks the next width from what is
+known before drafting; :func:`width_step` runs one static width; :func:`adaptive_step` is both in
+one call (a ``lax.switch``, for stepping by hand; the decode program runs one loop per width).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decode import widths as width_control
+from specjax.decode.config import DecodeConfig
+from specjax.decode.state import DecodeState
+from specjax.decode.step import (
+    autoregressive_step,
+    feature_layers,
+    speculative_step,
+)
+from specjax.models.pure import PureModel
+from specjax.typing import Array
+
+
+def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
+    """Width 0 of an adaptive step: a genuine one-token target step. The drafter drafts
+    nothing; it only takes note of the committed token (``drafter.skip``)."""
+    layers = feature_layers(drafter)
+    if layers:
+        new, hidden = autoregressive_step(target, state, config, layers)
+        extra = {"features": hidden}
+    else:
+        new, extra = autoregressive_step(target, state, config), {}
+    draft_state = drafter.skip(state.draft_state, state.tokens, state.lengths, ~state.done, **extra)
+    return new.replace(draft_state=draft_state)
+
+
+def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
+    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``,
+    known before drafting (an n-gram drafter's match; L and -1 for drafters that must draft)."""
+    hint = getattr(drafter, "hint", None)
+    if hint is None:
+        b = state.batch
+        return jnp.full((b,), drafter.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
+    return hint(state.tokens, state.lengths)
+
+
+def choose_width(
+    drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
+) -> tuple[Array, DecodeState]:
+    """The index into ``config.widths`` of the width the next step takes (a replicated scalar),
+    from what is known before it drafts (:func:`specjax.decode.widths.choose`), and the state
+    with the controller's bookkeeping done.
+
+    For a drafter without a free look at its proposals, a width-0 step observes nothing, so the
+    estimates do not change: after one, the controller stays at width 0 without re-deciding
+    until a probe is due (a few dozen fewer operations per step, which matters when a step
+    takes well under a millisecond)."""
+    hint, _ = width_hint(drafter, state)
+    probe = not hasattr(drafter, "hint")  # no free look at its first proposal: probe
+    random = config.width_policy == "random"
+    choose = functools.partial(
+        width_control.choose,
+        policy=policy,
+        hint=hint,
+        active=~state.done,
+        widths=config.widths,
+        probe=probe,
+        random=random,
+    )
+    control = state.control
+    if not (probe and config.widths[0] == 0):
+        index, control = choose(control)
+        return index, state.replace(control=control)
+    stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
+    due = (control.last != 0) | (control.idle + 1 >= control.probe_after)
+    due = due | (policy.force != width_control.AUTO)
+    index, control = jax.lax.cond(due, choose, stay, control)
+    return index, state.replace(control=control)
+
+
+def width_step(
+    target: PureModel, drafter, state: DecodeState, config: DecodeConfig, index: int
+) -> DecodeState:
+    """One exact step at the static width ``config.widths[index]`` (chosen beforehand by
+    :func:`choose_width`), and the controller's estimates updated from its verdicts."""
+    active = ~state.done
+    width = config.widths[index]
+    if width == 0 and not hasattr(drafter, "hint"):  # nothing to observe: count the step
+        new = skip_step(target, drafter, state, config)
+        control = state.control
+        steps = control.steps.at[index].add(jnp.any(active).astype(jnp.int32))
+        return new.replace(control=dataclasses.replace(control, steps=steps, last=jnp.int32(0)))
+    if width == 0:
+        hint, first = width_hint(drafter, state)  # [B], [B]
+        new = skip_step(target, drafter, state, config)
+        token = jnp.take_along_axis(new.tokens, state.lengths[:, None], axis=1)[:, 0]
+        offered = (hint > 0) & (first >= 0)  # a free proposal: would it have been accepted?
+        tau, proposed = (offered & (token == first)).astype(jnp.int32), offered.astype(jnp.int32)
+    else:
+        narrow = dataclasses.replace(drafter, draft_len=width)
+        new = speculative_step(target, narrow, state, config)
+        tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
+    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed)
+    return new.replace(control=control)
+
+
+def adaptive_step(
+    target: PureModel,
+    drafter,
+    state: DecodeState,
+    config: DecodeConfig,
+    policy: width_control.Policy,
+) -> DecodeState:
+    """One step at the width the controller picks among ``config.widths`` (a ``lax.switch``
+    over :func:`width_step`; the decode program runs the same steps as nested loops instead,
+    see :func:`specjax.decode.programs.decode_program`)."""
+    index, state = choose_width(drafter, state, config, policy)
+    branches = [
+        functools.partial(width_step, target, drafter, config=config, index=i)
+        for i in range(len(config.widths))
+    ]
+    return jax.lax.switch(index, branches, state)
+
+
+def step(
+    target: PureModel,
+    drafter,
+    state: DecodeState,
+    config: DecodeConfig,
+    policy: width_control.Policy | None = None,
+) -> DecodeState:
+    """The step ``config`` asks for: autoregressive when not speculative, adaptive when the
+    state carries a width controller (``policy`` then gives its costs), else speculative at the
+    drafter's full width."""
+    if not config.speculative:
+        return autoregressive_step(target, state, config)
+    if state.control is not None:
+        return adaptive_step(target, drafter, state, config, policy)
+    return speculative_step(target, drafter, state, config)

@@ -121,6 +121,20 @@ def main(which: str) -> None:
             assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
         print("feature-ok")
 
+    if which in ("all", "widths"):  # adaptive widths: every device takes the same width
+        for params, verifier, k, policy in [
+            (SamplingParams(1.0), "block", 1, "random"),
+            (SamplingParams(1.0), "gbv", 3, "random"),
+            (GREEDY, "block", 1, "auto"),
+        ]:
+            cfg = DecodeConfig(verifier, params, 16, widths=(0, 1, 3), width_policy=policy)
+            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, params, k, 3), seed=4)
+            d = s_draft_tp if k == 3 else s_draft_rep
+            got = generate(s_target, PROMPTS, cfg, ModelDrafter(d, params, k, 3), seed=4, mesh=mesh)
+            assert got.tokens == want.tokens, (verifier, policy, got.tokens, want.tokens)
+            assert sum(got.metrics.width_steps.values()) == got.metrics.target_forwards
+        print("widths-ok")
+
     if which in ("all", "submesh"):
         from specjax.decode.submesh import generate_on_submeshes, split_devices
 

@@ -92,6 +92,12 @@ def one_error_line(fn, cfg) -> str:
         (dict(mode="ssd", ssd_saguaro=0.0), "ssd_saguaro must be in (0.0, 1.0]"),
         (dict(mode="ssd", ssd_backup="fast"), "unknown ssd_backup 'fast'"),
         (dict(mode="ssd", ssd_draft_device="gpu"), "unknown ssd_draft_device 'gpu'"),
+        (dict(widths="0,x"), "widths='0,x': give auto, fixed or comma-separated"),
+        (dict(widths="0,9"), "within 0 .. L = 4"),
+        (dict(widths="2,0"), "distinct ascending"),
+        (dict(widths="0,4", mode="ssd"), "keep one width"),
+        (dict(widths="0,4", width_costs="1"), "one positive cost per width of (0, 4)"),
+        (dict(width_costs="1,-2"), "one positive cost per width"),
     ],
 )
 def test_decode_bad_input(overrides, message):

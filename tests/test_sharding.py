@@ -55,6 +55,11 @@ def test_sharded_feature_drafter_gives_the_single_device_tokens():
 
 
 @pytest.mark.slow
+def test_sharded_adaptive_widths_give_the_single_device_tokens():
+    run_check("widths")  # random widths at T = 1 (same seed, same draws) and the controller
+
+
+@pytest.mark.slow
 def test_draft_on_its_own_devices_gives_the_same_tokens():
     run_check("submesh")
 

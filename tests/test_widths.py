@@ -22,9 +22,9 @@ from specjax.decode import (
     autoregressive_step,
     compile_generation,
     generate,
-    loop,
     prefill_program,
     prepare,
+    programs,
     speculative_step,
     step,
 )
@@ -254,7 +254,7 @@ def test_a_controller_that_peeks_at_the_verdict_is_caught(lossless_pair, monkeyp
         plain = plain.replace(draft_state=spec.draft_state, keys=spec.keys)
         return _rows(spec.stats.last_accepted > 0, spec, plain)
 
-    monkeypatch.setattr(loop, "step", peeking)
+    monkeypatch.setattr(programs, "step", peeking)
     PROGRAMS.clear()
     try:
         cfg = DecodeConfig("block", params, NEW)

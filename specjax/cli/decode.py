@@ -98,8 +98,9 @@ def build(cfg, mesh=None, draft_mesh=None):
             f"stop_tokens {outside} are outside the vocabulary [0, {vocab}); they could never "
             "stop a row: give ids the tokenizer produces"
         )
+    widths, costs = validate.widths(cfg), validate.width_costs(cfg)
     config = DecodeConfig(
-        verifier, sampling, cfg.max_new_tokens, stop, cfg.replacement, validate.widths(cfg)
+        verifier, sampling, cfg.max_new_tokens, stop, cfg.replacement, widths, width_costs=costs
     )
     target = PureModel.of(target_module)
     k_paths, l_len = cfg.num_paths, cfg.num_speculative_tokens
@@ -223,7 +224,7 @@ def run_checked(cfg, out=sys.stdout) -> dict:
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}
     if cfg.compare_autoregressive and config.speculative:
-        ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE, widths=())
+        ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE, widths=(), width_costs=())
         ar = [
             generate(target, b, ar_config, None, cfg.seed + i, mesh, buckets)
             for i, b in enumerate(batches)

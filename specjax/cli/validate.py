@@ -58,7 +58,13 @@ def check_decode(cfg) -> None:
     verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     config = DecodeConfig(
-        verifier, sampling, cfg.max_new_tokens, (), cfg.replacement, widths=widths(cfg)
+        verifier,
+        sampling,
+        cfg.max_new_tokens,
+        (),
+        cfg.replacement,
+        widths=widths(cfg),
+        width_costs=width_costs(cfg),
     )
     if config.speculative:  # the drafter's own check, before the models are loaded
         check_paths(config, k_paths, fixed=drafter == "ngram" and k_paths > 1)
@@ -132,6 +138,25 @@ def widths(cfg) -> tuple[int, ...]:
     except ValueError as e:
         raise ConfigError(f"widths: {e}") from None
     return chosen
+
+
+def width_costs(cfg) -> tuple[float, ...]:
+    """``DecodeConfig.width_costs`` of the ``width_costs`` key (``""``: measured)."""
+    text = str(cfg.width_costs).strip()
+    if not text:
+        return ()
+    try:
+        costs = tuple(float(c) for c in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"width_costs={text!r}: give one relative cost per width, e.g. 1,1.8 (or empty)"
+        ) from None
+    chosen = widths(cfg)
+    if len(costs) != len(chosen) or min(costs) <= 0:
+        raise ConfigError(
+            f"width_costs={text!r}: give one positive cost per width of {chosen or '(fixed)'}"
+        )
+    return costs
 
 
 def shape_buckets(cfg):

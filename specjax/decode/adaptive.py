@@ -62,7 +62,7 @@ def choose_width(
     estimates do not change: after one, the controller stays at width 0 without re-deciding
     until a probe is due (a few dozen fewer operations per step, which matters when a step
     takes well under a millisecond)."""
-    hint, _ = width_hint(drafter, state)
+    hint, first = width_hint(drafter, state)
     probe = not hasattr(drafter, "hint")  # no free look at its first proposal: probe
     random = config.width_policy == "random"
     choose = functools.partial(
@@ -77,6 +77,7 @@ def choose_width(
     control = state.control
     if not (probe and config.widths[0] == 0):
         index, control = choose(control)
+        control = dataclasses.replace(control, first=jnp.where(hint > 0, first, -1))
         return index, state.replace(control=control)
     stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
     due = (control.last != 0) | (control.idle + 1 >= control.probe_after)
@@ -98,10 +99,10 @@ def width_step(
         steps = control.steps.at[index].add(jnp.any(active).astype(jnp.int32))
         return new.replace(control=dataclasses.replace(control, steps=steps, last=jnp.int32(0)))
     if width == 0:
-        hint, first = width_hint(drafter, state)  # [B], [B]
+        first = state.control.first  # [B] the proposal's first token, known when choosing
         new = skip_step(target, drafter, state, config)
         token = jnp.take_along_axis(new.tokens, state.lengths[:, None], axis=1)[:, 0]
-        offered = (hint > 0) & (first >= 0)  # a free proposal: would it have been accepted?
+        offered = first >= 0  # a free proposal: would it have been accepted?
         tau, proposed = (offered & (token == first)).astype(jnp.int32), offered.astype(jnp.int32)
     else:
         narrow = dataclasses.replace(drafter, draft_len=width)

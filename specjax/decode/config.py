@@ -31,6 +31,11 @@ class DecodeConfig:
         drafting w tokens per path. ``()`` (the default): every step drafts the drafter's L.
       width_policy: how the width is chosen: ``"auto"`` (the goodput controller) or
         ``"random"`` (uniformly per step, for exactness tests).
+      width_costs: the cost of a step at each width relative to a one-token step, e.g.
+        ``(1.0, 1.8)``; ``()``: measured on the compiled program (see
+        :meth:`specjax.decode.loop.generate`). At temperature > 0 the sample a seed gives depends
+        on the widths taken (each is exact, but they spend randomness differently), so pin the
+        costs (or use a fixed width) for samples that repeat across runs.
     """
 
     verifier: str = "block"
@@ -40,6 +45,7 @@ class DecodeConfig:
     replacement: bool = True
     widths: tuple[int, ...] = ()
     width_policy: str = "auto"
+    width_costs: tuple[float, ...] = ()
 
     def __post_init__(self):
         if self.verifier != AUTOREGRESSIVE:
@@ -63,6 +69,13 @@ class DecodeConfig:
             )
         if self.widths and not self.speculative:
             raise ValueError("widths need a speculative verifier (not 'autoregressive')")
+        if self.width_costs and (
+            len(self.width_costs) != len(self.widths) or min(self.width_costs) <= 0
+        ):
+            raise ValueError(
+                f"width_costs {self.width_costs} must give one positive cost per width of "
+                f"{self.widths}"
+            )
 
     @property
     def force_width(self) -> int:

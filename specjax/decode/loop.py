@@ -136,6 +136,8 @@ class _Run:
     @property
     def costs(self) -> np.ndarray:
         """The width costs the controller uses: measured (:meth:`calibrate`) or guessed."""
+        if self.config.width_costs:
+            return np.asarray(self.config.width_costs, np.float32)
         known = PROGRAMS.costs.get(self.key)
         if known is not None:
             return known
@@ -155,7 +157,7 @@ class _Run:
         """Measures the cost of a step at each width on this program, once per program: a few
         real decoding steps forced at each width (their tokens are kept: every width is an
         exact step), timed. Stops early, measuring nothing, if every row finishes."""
-        if not self.config.widths or self.key in PROGRAMS.costs:
+        if not self.config.widths or self.config.width_costs or self.key in PROGRAMS.costs:
             return state
         seconds = np.zeros(len(self.config.widths))
         steps = np.zeros(len(self.config.widths))

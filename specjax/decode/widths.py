@@ -74,6 +74,8 @@ class WidthControl:
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
       steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
+      first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
+        is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
       widths: the static widths (``DecodeConfig.widths``).
     """
 
@@ -83,6 +85,7 @@ class WidthControl:
     key: PRNGKey
     steps: Array
     last: Array
+    first: Array
     widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
@@ -97,6 +100,7 @@ class WidthControl:
             key=key,
             steps=jnp.zeros((len(widths),), jnp.int32),
             last=jnp.int32(-1),
+            first=jnp.full((batch,), -1, jnp.int32),
             widths=tuple(widths),
         )
 

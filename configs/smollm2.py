@@ -13,6 +13,9 @@ Result:   L = 6 n-gram tokens (the default here) was the fastest of L = 2, 4, 6 
           greedy; L = 4 within 1% on two): 69 / 153 / 97 tok/s on summarize / copy / poem,
           1.55-2.9x specjax's own autoregressive decoding and 2.2-2.4x transformers' prompt
           lookup at the same L (BENCHMARKS.md "Against Hugging Face").
+          With widths=auto (each step drafts L or takes a one-token step; 2026-11-25,
+          scripts/bench_widths.py): 0.95-1.04x autoregressive on chat prompts where fixed L = 6
+          ran 0.63-0.79x, 1.2-2.4x where drafts pay (BENCHMARKS.md "Adaptive draft width").
 """
 
 from specjax.config_files import sibling_config

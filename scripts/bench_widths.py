@@ -122,6 +122,28 @@ def shakespeare_table(n: int) -> list[dict]:
     return records
 
 
+def width0_overhead(target, module, tok, n: int, l_len: int) -> dict[str, float]:
+    """Time of steps that never speculate (costs pinned so) over autoregressive time, SmolLM2,
+    the sky prompt: the structural cost of a width-0 step (the self-draft's includes probes and
+    its cache's catch-up)."""
+    greedy = SamplingParams(temperature=0.0)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": SKY}]))
+    never = dict(widths=(0, l_len), width_costs=(1.0, 100.0))
+    configs = {
+        "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),
+        "n-gram, width 0": (
+            DecodeConfig("block", greedy, n, **never),
+            NgramDrafter(target.config.vocab_size, l_len),
+        ),
+        "2-layer self-draft, width 0": (
+            DecodeConfig("block", greedy, n, **never),
+            ModelDrafter(PureModel.of(truncated(module, 2)), greedy, 1, l_len),
+        ),
+    }
+    records = interleaved("overhead", ids, target, configs)
+    return {r["method"]: 1.0 / r["speedup"] for r in records}
+
+
 def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, list[int]]:
     """The width of every step of one generation whose acceptance drops mid-way."""
     greedy = SamplingParams(temperature=0.0)
@@ -150,7 +172,11 @@ def main(argv):
     records = speed_table(target, tok, n, l_len)
     traces = widths_over_time(target, pre.model, tok, n, l_len)
     shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value)
+    overhead = width0_overhead(target, pre.model, tok, n, l_len)
     report = render(records, traces, l_len) + "\n" + render_pair(shakespeare)
+    report += "\n\nTime over autoregressive time, steps that never speculate: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in overhead.items()
+    )
     print(report)
     benchlib.write_report(report, _OUTPUT.value)
     if _JSON.value:

@@ -28,3 +28,21 @@ def tied():
 
     config = tiny_config(tie_embeddings=True, name="tied")
     return config, random_params(config, seed=1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """After each test module, drop the programs it compiled: XLA:CPU keeps every live
+    executable's machine code, and one long session of a few hundred programs ran out of it
+    (a segfault while writing an executable to the compilation cache)."""
+    yield
+    import sys
+
+    programs = sys.modules.get("specjax.decode.programs")
+    if programs is not None:
+        programs.PROGRAMS.clear()
+    ssd = sys.modules.get("specjax.decode.ssd")
+    if ssd is not None:
+        ssd._COMPILED.clear()
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()

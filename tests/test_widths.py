@@ -219,6 +219,7 @@ def test_controller_choices():
     assert np.asarray(after.steps).tolist() == [0, 0, 1]
 
 
+@SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier
 def test_sequence_law_at_temperature_one_with_random_widths(lossless_pair):  # noqa: F811
     target, draft = lossless_pair
     params = sampling.SamplingParams(1.0)

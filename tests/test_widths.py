@@ -62,10 +62,10 @@ def _stop_token(rows):
 
 
 SLOW = pytest.mark.slow
-CASES = [  # (verifier, K, drafter); the default tier keeps one chain, one tree, one n-gram
+CASES = [  # (verifier, K, drafter); the default tier keeps one chain of a model drafter
     ("block", 1, "model"),
-    ("gbv", 3, "model"),
-    ("block", 1, "ngram"),
+    pytest.param("gbv", 3, "model", marks=SLOW),
+    pytest.param("block", 1, "ngram", marks=SLOW),
     pytest.param("greedy", 1, "model", marks=SLOW),
     pytest.param("token", 1, "model", marks=SLOW),
     pytest.param("specinfer", 3, "model", marks=SLOW),
@@ -101,7 +101,8 @@ def test_random_widths_greedy_equals_autoregressive(models, autoregressive, veri
     assert generate(target, PROMPTS, cfg, drafter, seed=4).tokens == ar.tokens
 
 
-@pytest.mark.parametrize("kind", ["model", pytest.param("ngram", marks=SLOW)])
+@SLOW  # the CLI tests run the controller (widths=auto) against autoregressive decoding
+@pytest.mark.parametrize("kind", ["model", "ngram"])
 def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
     target, _ = models
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 2, 3))
@@ -110,7 +111,9 @@ def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
     assert sum(out.metrics.width_steps.values()) == out.metrics.target_forwards
 
 
-@pytest.mark.parametrize("verifier,k", [("block", 1), pytest.param("gbv", 3, marks=SLOW)])
+@pytest.mark.parametrize(
+    "verifier,k", [pytest.param("block", 1, marks=SLOW), pytest.param("gbv", 3, marks=SLOW)]
+)
 def test_feature_drafter_random_widths_greedy_equals_autoregressive(verifier, k):
     target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens

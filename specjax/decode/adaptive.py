@@ -51,6 +51,12 @@ def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
     return hint(state.tokens, state.lengths)
 
 
+def free_look(drafter) -> bool:
+    """Whether the drafter's first proposal is known before drafting (:meth:`hint`), so a
+    width-0 step can check it for free; drafters without one need probes instead."""
+    return hasattr(drafter, "hint")
+
+
 def choose_width(
     drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
 ) -> tuple[Array, DecodeState]:
@@ -63,7 +69,7 @@ def choose_width(
     until a probe is due (a few dozen fewer operations per step, which matters when a step
     takes well under a millisecond)."""
     hint, first = width_hint(drafter, state)
-    probe = not hasattr(drafter, "hint")  # no free look at its first proposal: probe
+    probe = not free_look(drafter)
     random = config.width_policy == "random"
     choose = functools.partial(
         width_control.choose,
@@ -93,7 +99,7 @@ def width_step(
     :func:`choose_width`), and the controller's estimates updated from its verdicts."""
     active = ~state.done
     width = config.widths[index]
-    if width == 0 and not hasattr(drafter, "hint"):  # nothing to observe: count the step
+    if width == 0 and not free_look(drafter):  # nothing to observe: count the step
         new = skip_step(target, drafter, state, config)
         control = state.control
         steps = control.steps.at[index].add(jnp.any(active).astype(jnp.int32))

@@ -34,6 +34,9 @@ _MTBENCH = flags.DEFINE_integer("mtbench", 20, "MT-bench questions (first turns,
 _NEW = flags.DEFINE_integer("new_tokens", 128, "tokens generated per generation")
 _LENS = flags.DEFINE_list("draft_lens", ["4"], "draft lengths L")
 _TEMPS = flags.DEFINE_list("temperatures", ["0", "1"], "temperatures (T > 0: block verification)")
+_ADAPTIVE = flags.DEFINE_bool(
+    "adaptive", False, "also run each L with widths (0, L): the step's width chosen on device"
+)
 _REPEATS = flags.DEFINE_integer("repeats", 1, "timed interleaved rounds (median)")
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
@@ -60,6 +63,9 @@ def main(argv):
         for l_len in map(int, _LENS.value):
             drafter = FeatureDrafter(head, params, num_paths=1, draft_len=l_len)
             configs[f"head L={l_len}"] = (DecodeConfig(verifier, params, n), drafter)
+            if _ADAPTIVE.value:
+                adaptive = DecodeConfig(verifier, params, n, widths=(0, l_len))
+                configs[f"head L={l_len} adaptive"] = (adaptive, drafter)
         for name, text in prompts().items():
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
             runs = {

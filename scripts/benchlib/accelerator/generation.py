@@ -1,0 +1,178 @@
+"""Sections on whole generations: speculative vs autoregressive on SmolLM2, and SSD with the
+draft on the host CPU."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from benchlib.accelerator.report import Column, Section
+from benchlib.accelerator.shared import Bench, encode_chat
+from benchlib.chat_prompts import CHATS
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates
+from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter, SSDConfig, SSDDrafter
+from specjax.drafters.fanout import parse_fan_out
+from specjax.models import (
+    truncated,
+)
+from specjax.models.eagle import EagleConfig, EagleHead, load_head
+from specjax.models.pure import PureModel
+from specjax.sampling import SamplingParams
+
+
+def _timed_generations(runs: dict[str, Callable], repeats: int) -> dict[str, tuple[Any, float]]:
+    """``name -> (last generation, median seconds)``: one warm-up each (compiles), then
+    ``repeats`` interleaved rounds."""
+    gens = {name: run() for name, run in runs.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            gens[name] = run()
+            times[name].append(gens[name].metrics.seconds)
+    return {name: (gens[name], statistics.median(times[name])) for name in runs}
+
+
+GEN_COLUMNS = [
+    Column("temperature", "T", "g"),
+    Column("prompt", "prompt"),
+    Column("method", "method"),
+    Column("tokens_per_s", "tok/s", ".1f"),
+    Column("speedup", "speedup", ".2f"),
+    Column("block_efficiency", "block eff.", ".2f"),
+    Column("same_as_ar", "= AR (T = 0)"),
+]
+
+
+def _gen_rows(sec: Section, temp: float, prompt: str, timed: dict, new: int) -> None:
+    ar_gen, ar_s = timed["autoregressive"]
+    for name, (gen, seconds) in timed.items():
+        m = gen.metrics
+        row = dict(
+            temperature=temp,
+            prompt=prompt,
+            method=name,
+            seconds=seconds,
+            tokens_per_s=new / seconds,
+            speedup=ar_s / seconds,
+            block_efficiency=m.block_efficiency,
+            same_as_ar=(gen.tokens == ar_gen.tokens) if temp == 0 else None,
+        )
+        if gen.ssd is not None:
+            row["ssd_hit_rate"] = ssd_rates(gen.ssd)["ssd_hit_rate"]
+        sec.row(**row)
+
+
+def speculative_section(sec: Section, bench: Bench) -> None:
+    """Autoregressive, n-gram and learned-head speculation on SmolLM2, batch 1."""
+    sizes = bench.sizes
+    sec.columns = GEN_COLUMNS
+    target, tok, note = bench.smollm2("float32")
+    cfg = target.config
+    sec.note(
+        f"SmolLM2 fp32: {note}; {sizes.new_tokens} new tokens, no stop token; speedup = "
+        "autoregressive time / time; block efficiency = tokens per target call."
+    )
+    head = None
+    if sizes.quick:
+        head = _random_head(target)
+        sec.note("Learned head: a randomly initialised head (--quick; the code path only).")
+    elif tok is None:
+        sec.note("Learned head skipped: it needs the real SmolLM2 weights (GGUF not cached).")
+    elif not (Path(bench.head_dir) / "params.npz").is_file():
+        sec.note(f"Learned head skipped: no head at {bench.head_dir}.")
+    else:
+        head = sec.item("load head", lambda: load_head(bench.head_dir, target.module.embed[...]))
+        if head is not None:
+            sec.note(f"Learned head: {bench.head_dir} (FeatureDrafter, L = {sizes.head_len}).")
+    ngram = dict(max_ngram=3, min_ngram=1)  # configs/smollm2.py (via shakespeare.py)
+    sec.note(
+        f"n-gram drafter: L = {sizes.ngram_len}, n = 3..1 (configs/smollm2.py). T = 0: greedy "
+        "verifier; T = 1: block verifier."
+    )
+    new = sizes.new_tokens
+    configs = {}  # temperature -> method -> (config, drafter)
+    for temp in sizes.temperatures:
+        params = SamplingParams(temperature=temp)
+        spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
+        configs[temp] = {"autoregressive": (DecodeConfig("autoregressive", params, new), None)}
+        ngram_drafter = NgramDrafter(cfg.vocab_size, sizes.ngram_len, **ngram)
+        configs[temp][f"n-gram L={sizes.ngram_len}"] = (spec, ngram_drafter)
+        if head is not None:
+            head_drafter = FeatureDrafter(head, params, num_paths=1, draft_len=sizes.head_len)
+            configs[temp][f"head L={sizes.head_len}"] = (spec, head_drafter)
+    for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
+        ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
+        for temp in sizes.temperatures:
+            runs = {
+                name: functools.partial(generate, target, [ids], c, d, seed=0)
+                for name, (c, d) in configs[temp].items()
+            }
+            timed = sec.item(
+                f"T={temp:g} {prompt}",
+                lambda runs=runs: _timed_generations(runs, sizes.gen_repeats),
+            )
+            if timed is not None:
+                _gen_rows(sec, temp, prompt, timed, new)
+
+
+def _random_head(target: PureModel) -> EagleHead:
+    c = target.config
+    draft_vocab = min(64, c.vocab_size)
+    head_cfg = EagleConfig.for_target(c, tuple(range(min(2, c.num_layers))), draft_vocab)
+    d2t = np.sort(np.random.default_rng(0).permutation(c.vocab_size)[:draft_vocab])
+    embed = target.module.embed[...]
+    create = lambda e: EagleHead.create(head_cfg, e, d2t, seed=0, head_rows=e[d2t] * 4.0)
+    return nnx.jit(create)(embed)  # one program, not one per eager op
+
+
+def ssd_section(sec: Section, bench: Bench) -> None:
+    """SSD with the draft on the host CPU against plain speculation on the accelerator."""
+    sizes = bench.sizes
+    sec.columns = [*GEN_COLUMNS, Column("ssd_hit_rate", "SSD hit rate", ".2f")]
+    target, tok, note = bench.smollm2("float32")
+    cfg = target.config
+    devices = ssd_devices("cpu")
+    where = f"target on {devices[0].device_kind}, draft on {devices[1].device_kind}"
+    if devices[0] == devices[1]:
+        where = f"everything on {devices[0].platform} (one device: no overlap)"
+    draft = truncated(target.module, sizes.draft_layers)
+    l_len, c_budget = sizes.ssd_len, sizes.ssd_budget
+    fan = parse_fan_out("geometric", l_len, c_budget, 0.8)
+    sec.note(
+        f"SmolLM2 fp32 ({note}) with its first {sizes.draft_layers} layers as the draft; "
+        f"L = {l_len}; SSD fan-out {fan} (C = {c_budget}, geometric, jit backup); "
+        f"{sizes.ssd_new_tokens} new tokens, median of {sizes.ssd_repeats} after a warm-up. Rows: "
+        "autoregressive; plain speculation (ModelDrafter, draft on the accelerator); SSD fused "
+        "(one program on the accelerator, no overlap); SSD split "
+        f"({where}, rounds dispatched from the host)."
+    )
+    new = sizes.ssd_new_tokens
+    for prompt in sizes.ssd_prompts:
+        ids = [encode_chat(tok, CHATS[prompt], cfg.vocab_size)]
+        for temp in sizes.ssd_temperatures:
+            params = SamplingParams(temperature=temp)
+            ar = DecodeConfig("autoregressive", params, new)
+            spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
+            plain = ModelDrafter(draft, params, draft_len=l_len)
+            ssd = SSDDrafter(draft, params, SSDConfig(fan_out=fan))
+            runs = {
+                "autoregressive": functools.partial(generate, target, ids, ar),
+                "plain speculation": functools.partial(generate, target, ids, spec, plain),
+                "SSD fused": functools.partial(generate_ssd, target, ids, spec, ssd),
+                "SSD split (draft on CPU)": functools.partial(
+                    generate_ssd, target, ids, spec, ssd, devices=devices
+                ),
+            }
+            timed = sec.item(
+                f"T={temp:g} {prompt}",
+                lambda runs=runs: _timed_generations(runs, sizes.ssd_repeats),
+            )
+            if timed is not None:
+                _gen_rows(sec, temp, prompt, timed, new)

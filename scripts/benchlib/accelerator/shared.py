@@ -1,0 +1,177 @@
+"""What the sections share: timing, byte counts, the models (SmolLM2 real or random, the
+Llama-3-8B shape made on the device, tiny stand-ins for ``--quick``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import benchlib
+from benchlib.accelerator.sizes import Sizes
+from specjax.models import (
+    Llama,
+    LlamaConfig,
+    config,
+    fetch,
+    load_pretrained,
+)
+from specjax.models.pure import PureModel
+
+# ----------------------------------------------------------------------------- shared
+
+
+def median_ms(fn: Callable[[], Any], sizes: Sizes) -> tuple[float, float]:
+    """(median ms of ``fn`` (results waited for) after warm-up, ms of its first call)."""
+    waited = lambda: jax.block_until_ready(fn())
+    median, first = benchlib.median_time(waited, sizes.repeats, max(sizes.warmup, 1))
+    return 1e3 * median, 1e3 * first
+
+
+def device_free_bytes() -> int | None:
+    """Free memory of the default device (bytes), or None where it does not say."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:
+        return None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+
+
+def tree_bytes(tree) -> int:
+    return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+
+@dataclasses.dataclass
+class Bench:
+    """What the sections share: sizes, the measured bandwidth and the loaded SmolLM2."""
+
+    sizes: Sizes
+    gguf: Path | None  # the cached SmolLM2 GGUF, None: random weights of its shape
+    head_dir: str
+    bandwidth: dict[str, float] = dataclasses.field(default_factory=dict)
+    _smollm2: dict = dataclasses.field(default_factory=dict)
+
+    def copy_bandwidth(self) -> float:
+        """Copy bandwidth (bytes read + written per second), measured once (see
+        :func:`measure_bandwidth`)."""
+        if "copy" not in self.bandwidth:
+            self.bandwidth.update(measure_bandwidth(self.sizes))
+        return self.bandwidth["copy"]
+
+    def smollm2(self, dtype: str = "float32") -> tuple[PureModel, Any, str]:
+        """``(model, tokenizer or None, weights note)``: SmolLM2 in ``dtype`` (real weights
+        when the GGUF is cached, else random ones of its shape; a tiny stand-in in quick)."""
+        if dtype not in self._smollm2:
+            self._smollm2[dtype] = load_smollm2(self.sizes, self.gguf, dtype)
+        return self._smollm2[dtype]
+
+
+def cached_smollm2() -> Path | None:
+    """The SmolLM2 GGUF if it is already in the cache (never downloads)."""
+    path = fetch.default_cache_dir() / fetch.FILENAME
+    if path.is_file() and path.stat().st_size == fetch.SIZE:
+        return fetch.fetch_smollm2()  # returns the cached file at once
+    return None
+
+
+def tiny_smollm2(dtype: str) -> LlamaConfig:
+    """SmolLM2's stand-in in --quick: tied, byte vocabulary and then some."""
+    return config.tiny(
+        vocab_size=512, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=128,
+        max_seq_len=1024, tie_embeddings=True, dtype=dtype, param_dtype=dtype,
+        name="smollm2-tiny-random",
+    )  # fmt: skip
+
+
+def tiny_llama8b() -> LlamaConfig:
+    """The Llama-3-8B shape's stand-in in --quick (untied, bf16)."""
+    return config.tiny(
+        vocab_size=1024, dim=128, num_layers=2, num_heads=8, num_kv_heads=2, ffn_dim=256,
+        max_seq_len=1024, dtype="bfloat16", param_dtype="bfloat16", name="llama3-8b-tiny-random",
+    )  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "dtype", "ones"))
+def _leaf(key, *, shape, dtype, ones):
+    if ones:
+        return jnp.ones(shape, dtype)
+    return (jax.random.normal(key, shape, jnp.float32) * shape[0] ** -0.5).astype(dtype)
+
+
+def random_model(cfg: LlamaConfig, seed: int = 0) -> PureModel:
+    """A random Llama of ``cfg``: normal(0, 1/sqrt(fan-in)) matrices, unit norm scales.
+
+    Above 64M parameters the leaves are made on the default device, one small jitted
+    initialiser per shape (a host-side init of 16 GB would take minutes); below, on the host
+    (no compiling).
+    """
+    abstract = nnx.eval_shape(lambda: Llama(cfg, rngs=nnx.Rngs(seed)))
+    graphdef, state = nnx.split(abstract)
+    leaves, treedef = jax.tree.flatten(state)
+    if cfg.num_params > 64_000_000:
+        keys = jax.random.split(jax.random.key(seed), len(leaves))
+        made = [
+            _leaf(k, shape=tuple(x.shape), dtype=np.dtype(x.dtype), ones=len(x.shape) == 1)
+            for k, x in zip(keys, leaves, strict=True)
+        ]
+    else:
+        rng = np.random.default_rng(seed)
+
+        def host(x):
+            if len(x.shape) == 1:
+                return jnp.ones(x.shape, x.dtype)
+            value = rng.standard_normal(x.shape, np.float32) * x.shape[0] ** -0.5
+            return jnp.asarray(value, x.dtype)
+
+        made = [host(x) for x in leaves]
+    return PureModel(graphdef, jax.tree.unflatten(treedef, made))
+
+
+def load_smollm2(sizes: Sizes, gguf: Path | None, dtype: str) -> tuple[PureModel, Any, str]:
+    """See :meth:`Bench.smollm2`."""
+    if sizes.quick:
+        return random_model(tiny_smollm2(dtype)), None, "tiny random stand-in (--quick)"
+    if gguf is not None:
+        pre = load_pretrained(gguf, dtype=dtype)
+        return PureModel.of(pre.model), pre.tokenizer, f"real weights ({gguf.name} -> {dtype})"
+    cfg = config.smollm2_135m(dtype=dtype, param_dtype=dtype)
+    return random_model(cfg), None, "random weights of SmolLM2's shape (GGUF not cached)"
+
+
+def encode_chat(tokenizer, text: str, vocab: int) -> list[int]:
+    """A chat prompt's ids: the chat template with a tokenizer, else UTF-8 bytes."""
+    if tokenizer is None:
+        return [b % vocab for b in text.encode()]
+    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
+
+
+BANDWIDTH_OPS = {
+    "copy: jnp.copy(x)": (jnp.copy, 2),
+    "copy: x + 1": (lambda x: x + 1, 2),
+    "read: sum(x)": (jnp.sum, 1),
+}
+"""Operation -> (jitted function of a float32 array, bytes moved per byte of the array)."""
+
+
+def measure_bandwidth(sizes: Sizes) -> dict[str, Any]:
+    """Bandwidth of :data:`BANDWIDTH_OPS` (bytes read + written per second) on one float32
+    array of ``sizes.copy_bytes``; ``copy``: the faster of the two copies."""
+    x = jnp.ones(sizes.copy_bytes // 4, jnp.float32)
+    rows = []
+    for what, (fn, moved) in BANDWIDTH_OPS.items():
+        compiled = jax.jit(fn).lower(x).compile()
+        ms, _ = median_ms(lambda compiled=compiled: compiled(x), sizes)
+        rows.append(
+            dict(what=what, mib=x.nbytes / (1 << 20), ms=ms, gb_s=moved * x.nbytes / ms / 1e6)
+        )
+    copy = max((r for r in rows if r["what"].startswith("copy")), key=lambda r: r["gb_s"])
+    return {"copy": copy["gb_s"] * 1e9, "copy_op": copy["what"], "rows": rows}

@@ -10,7 +10,9 @@ Scripts run with ``scripts/`` on ``sys.path`` and ``import reproducelib``. One m
 * :mod:`.multidraft_exact`: exact single-step acceptance rates of the multi-draft verifiers for
   any vocabulary (closed forms, checked against the NumPy reference laws);
 * :mod:`.pairs`: the model pairs (the committed Shakespeare pair, SmolLM2 with a layer-truncated
-  self-draft) and their prompts;
+  self-draft, SmolLM2 with its learned feature draft head), each with how to build its drafter,
+  and their prompts;
+* :mod:`.logged`: target and draft laws logged on decoded text (the multi-draft claims' input);
 * :mod:`.observe`: real block-verification decoding that also returns, per step, each chain
   verifier's exact expected accepted length on the step's draft;
 * one module per claim group: :mod:`.toy` (claim 1), :mod:`.bv_token` (2), :mod:`.gbv` (3),

@@ -75,13 +75,16 @@ def _tau(key, tokens, p, q, verifier, replacement):
 
 def monte_carlo(logged: Logged, n: int, per_position: int, seed: int = 0, chunk: int = 4096):
     """(mean acceptance, SE) of each jitted verifier on ``per_position`` sampled draft tuples at
-    every position (L = 1: acceptance is tau = 1)."""
-    p_all = np.repeat(logged.p, per_position, axis=0).astype(np.float32)
-    q_all = np.repeat(logged.q, per_position, axis=0).astype(np.float32)
+    every position (L = 1: acceptance is tau = 1); at most ``chunk`` sampled rows per call,
+    fewer for wide vocabularies (about 2^22 entries)."""
+    rows = min(chunk, max(per_position, 2**22 // logged.p.shape[1]))
+    positions = max(1, rows // per_position)  # whole positions per chunk
     hits = {name: [] for name in JITTED}
     key = jax.random.key(seed)
-    for start in range(0, p_all.shape[0], chunk):
-        p, q = jnp.asarray(p_all[start : start + chunk]), jnp.asarray(q_all[start : start + chunk])
+    for start in range(0, logged.size, positions):
+        part = slice(start, start + positions)
+        p = jnp.asarray(np.repeat(logged.p[part], per_position, axis=0).astype(np.float32))
+        q = jnp.asarray(np.repeat(logged.q[part], per_position, axis=0).astype(np.float32))
         key, k_iid, k_wor, k_verify = jax.random.split(key, 4)
         iid = jax.random.categorical(k_iid, jnp.log(q)[:, None, :], shape=(q.shape[0], n))
         wor, _ = sample_without_replacement(k_wor, q, n)
@@ -155,57 +158,119 @@ def _orderings(all_rates: list[Rates]) -> tuple[str, list, list]:
     return benchlib.table(head, rows), spec, opt
 
 
-def run(logged: Logged, settings: Settings) -> Section:
-    all_rates = [measure(logged, n) for n in settings.drafts]
-    benchlib.log("multi-draft rates and bounds on the logged positions")
-    mc = {n: monte_carlo(logged, n, settings.mc_rows) for n in settings.drafts[:1]}
-    benchlib.log("jitted multi-draft verifiers, Monte Carlo")
-    check = multidraft_exact.check_against_reference(0, 5 if settings.quick else 20, 5)
-    timing = bound_timing()
-    benchlib.log("reference check and bound timing")
-    table = _table(all_rates, mc)
-    orderings, spec, opt = _orderings(all_rates)
-    bounded = [
-        np.all(r.rates[name] <= r.bound(name) + BOUND_TOLERANCE)
-        for r in all_rates
-        for name in r.rates
-    ]
-    worst = max(np.max(r.rates[name] - r.bound(name)) for r in all_rates for name in r.rates)
-    gaps = {
-        (r.n, name): float(np.mean(r.rates[name] / r.bound(name)))
-        for r in all_rates
-        for name in r.rates
-    }
-    closest = max(
-        (name for n, name in gaps if n == settings.drafts[0]),
-        key=lambda name: gaps[(settings.drafts[0], name)],
+def _logged_text(logged: Logged, label: str) -> str:
+    columns = ""
+    if logged.p.shape[1] != logged.vocab:
+        columns = (
+            "; q = 0 outside the head's draft vocabulary, those tokens merged into one column, "
+            f"which changes no rate (`reproducelib.logged.lump_undrafted`): {logged.p.shape[1]} "
+            "columns"
+        )
+    return (
+        f"`{logged.pair}` ({label}): {logged.tokens} tokens decoded, the laws kept at the first "
+        f"{logged.size} generated positions (V = {logged.vocab}{columns})"
     )
-    claims = [
+
+
+@dataclasses.dataclass
+class PairRates:
+    """One logged pair's rates at every n, Monte Carlo check and orderings."""
+
+    logged: Logged
+    label: str
+    all_rates: list[Rates]
+    mc: dict[int, dict]
+
+    def gaps(self) -> dict[tuple[int, str], float]:
+        """(n, verifier) -> mean α / α*."""
+        return {
+            (r.n, name): float(np.mean(r.rates[name] / r.bound(name)))
+            for r in self.all_rates
+            for name in r.rates
+        }
+
+    def worst(self) -> float:
+        return max(
+            np.max(r.rates[name] - r.bound(name)) for r in self.all_rates for name in r.rates
+        )
+
+    def bounded(self) -> bool:
+        return all(
+            np.all(r.rates[name] <= r.bound(name) + BOUND_TOLERANCE)
+            for r in self.all_rates
+            for name in r.rates
+        )
+
+
+def measure_pair(logged: Logged, label: str, settings: Settings) -> PairRates:
+    all_rates = [measure(logged, n) for n in settings.drafts]
+    benchlib.log(f"multi-draft rates and bounds on the logged positions, {logged.pair}")
+    mc = {n: monte_carlo(logged, n, settings.mc_rows) for n in settings.drafts[:1]}
+    benchlib.log(f"jitted multi-draft verifiers, Monte Carlo, {logged.pair}")
+    return PairRates(logged, label, all_rates, mc)
+
+
+def _claims(m: PairRates, settings: Settings, first: bool) -> list[Claim]:
+    """Claims 1–3 of the section on one logged pair (the first pair's rows keep the short
+    wording; later pairs name themselves)."""
+    _, spec, opt = _orderings(m.all_rates)
+    gaps = m.gaps()
+    n0 = settings.drafts[0]
+    on = "" if first else f" ({m.label}, logged)"
+    return [
         Claim(
             "Hu et al. (optimal MDSD)",
-            "sampling drafts without replacement raises the optimal acceptance α*",
+            "sampling drafts without replacement raises the optimal acceptance α*" + on,
             "; ".join(f"n = {n}: {100 * s:.1f}% of positions, mean {d:+.4f}" for n, s, d in opt),
             verdict_of([s == 1.0 for _, s, _ in opt]),
             4,
         ),
         Claim(
             "Hu et al.; Yang et al., Jeon et al.",
-            "SpecInfer (RRS) without replacement ≥ with replacement",
+            "SpecInfer (RRS) without replacement ≥ with replacement" + on,
             "; ".join(f"n = {n}: {100 * s:.1f}% of positions, mean {d:+.4f}" for n, s, d in spec),
             verdict_of([s == 1.0 for _, s, _ in spec]),
             4,
         ),
         Claim(
             "Hu et al. (optimal MDSD)",
-            "existing verifiers stay below the optimal acceptance α*",
-            f"every verifier ≤ α* at every position (max α − α* {worst:+.1e}); mean α/α* "
-            + ", ".join(
-                f"{name} {v:.3f}" for (n, name), v in gaps.items() if n == settings.drafts[0]
-            )
-            + f" (n = {settings.drafts[0]})",
-            verdict(all(bounded) and all(v < 1 for v in gaps.values())),
+            "existing verifiers stay below the optimal acceptance α*" + on,
+            f"every verifier ≤ α* at every position (max α − α* {m.worst():+.1e}); mean α/α* "
+            + ", ".join(f"{name} {v:.3f}" for (n, name), v in gaps.items() if n == n0)
+            + f" (n = {n0})",
+            verdict(m.bounded() and all(v < 1 for v in gaps.values())),
             4,
         ),
+    ]
+
+
+def _pair_text(m: PairRates, settings: Settings) -> str:
+    gaps = m.gaps()
+    n0 = settings.drafts[0]
+    closest = max((name for n, name in gaps if n == n0), key=lambda name: gaps[(n0, name)])
+    orderings = _orderings(m.all_rates)[0]
+    return f"""**{m.label}** ({m.logged.size} positions):
+
+{_table(m.all_rates, m.mc)}
+
+Orderings per position (tolerance 1e-12 for the closed forms, {BOUND_TOLERANCE:g} for α*,
+which runs in float32):
+
+{orderings}
+
+At n = {n0} the verifier closest to its bound is {closest} (mean α/α*
+{gaps[(n0, closest)]:.3f}); none reaches it."""
+
+
+def run(logs: dict[str, Logged], labels: dict[str, str], settings: Settings) -> Section:
+    """``logs``: each logged pair's distributions (:mod:`.logged`); ``labels``: their names in
+    the claim rows."""
+    measured = [measure_pair(logged, labels[name], settings) for name, logged in logs.items()]
+    check = multidraft_exact.check_against_reference(0, 5 if settings.quick else 20, 5)
+    timing = bound_timing()
+    benchlib.log("reference check and bound timing")
+    claims = [c for i, m in enumerate(measured) for c in _claims(m, settings, i == 0)]
+    claims.append(
         Claim(
             "Hu et al. (optimal MDSD)",
             "α* efficiently computable for vocabularies in the thousands",
@@ -213,12 +278,13 @@ def run(logged: Logged, settings: Settings) -> Section:
             f"replacement, {timing['w/o']:.1f} ms without (this CPU)",
             verdict(True),
             4,
-        ),
-    ]
-    body = f"""Logged on the Shakespeare pair: the target decoded its prompts autoregressively at
-temperature 1 ({logged.tokens} tokens), then target and draft read the text;
-at the first {logged.size} generated positions the next-token laws p and q (V = 256, full
-support) were kept. Per position and n drafts: the exact single-step acceptance α of each
+        )
+    )
+    where = "; on ".join(_logged_text(m.logged, m.label) for m in measured)
+    tables = "\n\n".join(_pair_text(m, settings) for m in measured)
+    body = f"""Logged on {where or "no pair"}: the target decoded its prompts autoregressively at
+temperature 1, then target and draft read the text, and at each kept position the next-token
+laws p and q were stored. Per position and n drafts: the exact single-step acceptance α of each
 multi-draft verifier (closed forms of `reproducelib.multidraft_exact`: SpecInfer/RRS with
 replacement, RRS without replacement by enumerating the first n − 1 draws, k-SEQ at the
 reference's ρ*, GBV at one level), and α* with and without replacement from
@@ -231,17 +297,16 @@ verifiers (`specinfer_verify` with and without replacement, `spectr_verify`, `gb
 {settings.mc_rows} sampled draft tuples per position) agree with the closed forms in the last
 column (Monte Carlo ± SE, and the distance in SEs).
 
-{table}
+{tables}
 
-Orderings per position (tolerance 1e-12 for the closed forms, {BOUND_TOLERANCE:g} for α*,
-which runs in float32):
-
-{orderings}
-
-Reading: at n = {settings.drafts[0]} the verifier closest to its bound is {closest} (mean
-α/α* {gaps[(settings.drafts[0], closest)]:.3f}); none reaches it. GBV's single-step rate is the
-acceptance of its skewed draft (the best-ranked of n drafts by p/q), which on this close draft
-falls as n grows (see §3).
+Reading: GBV's single-step rate is the acceptance of its skewed draft (the best-ranked of n
+drafts by p/q); §3 shows how it moves with n on each logged pair (on a close draft it falls).
 """
-    data = {"ratios": {r.n: {k: v / r.bound(k) for k, v in r.rates.items()} for r in all_rates}}
+    data = {
+        "ratios": {
+            f"{m.logged.pair}, n = {r.n}": {k: v / r.bound(k) for k, v in r.rates.items()}
+            for m in measured
+            for r in m.all_rates
+        }
+    }
     return Section(4, "Multi-draft verifiers against the optimal acceptance", claims, body, data)

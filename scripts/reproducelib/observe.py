@@ -8,6 +8,9 @@ those the host computes ``E[tau | block]`` under token and under block verificat
 (:func:`reproducelib.chain_exact.token_expected` / ``block_expected``): a paired comparison of
 the two rules on the same contexts and the same drafts, with no verifier randomness in it.
 
+A feature drafter (:class:`~specjax.drafters.FeatureDrafter`) gets the target's hidden states
+of the root and block 0 from the verifying forward, as in :func:`specjax.decode.generate`.
+
 With ``paths = M > 1`` the drafter proposes M i.i.d. blocks per step; all M are scored (their
 mean estimates E over drafts at that context M times more precisely), and the real verifier
 decodes block 0, which is distributed as the one block of a K = 1 drafter. With ``paths = 1`` the
@@ -34,7 +37,7 @@ from specjax.decode import (
     tree_inputs,
     verify_and_commit,
 )
-from specjax.drafters import ModelDrafter
+from specjax.decode.step import feature_layers
 from specjax.drafters.base import Draft
 
 _prefill = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
@@ -52,9 +55,14 @@ def _observed_step(target, drafter, state, config):
     probs = sampling.probs_from_logits(logits, config.sampling)  # [B, 1 + K L, V]
     target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L+1, V]
     chain = Draft(draft.tokens[:, :1], draft.probs[:, :1], draft.num_draft[:, :1])
-    new, path, tau = verify_and_commit(target, state.replace(keys=keys), chain, k_verify, config)
+    layers = feature_layers(drafter)  # a feature drafter reads the chain forward's hidden states
+    out = verify_and_commit(
+        target, state.replace(keys=keys), chain, k_verify, config, features=layers
+    )
+    new, path, tau = out[:3]
+    extra = {"features": out[3]} if layers else {}  # the root's and block 0's features
     draft_state = drafter.commit(
-        state.draft_state, draft_state, state.lengths, path, tau, ~state.done
+        state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
     seen = (draft.tokens, draft.probs, target_probs, tau, ~state.done)
     return new.replace(draft_state=draft_state), seen
@@ -90,9 +98,9 @@ class Observed:
         return float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
 
 
-def observe(target, drafter: ModelDrafter, prompts, config: DecodeConfig, seed: int) -> Observed:
-    """Decodes ``prompts`` with ``config`` (a chain verifier); ``drafter`` proposes M i.i.d.
-    paths (``drafter.num_paths``), path 0 is verified."""
+def observe(target, drafter, prompts, config: DecodeConfig, seed: int) -> Observed:
+    """Decodes ``prompts`` with ``config`` (a chain verifier); ``drafter`` (a model or a feature
+    drafter) proposes M i.i.d. paths (``drafter.num_paths``), path 0 is verified."""
     if config.multipath or not drafter.replacement:
         raise ValueError("observe verifies one chain of i.i.d. draft paths (a chain verifier)")
     checks = config if drafter.num_paths == 1 else dataclasses.replace(config, verifier="gbv")

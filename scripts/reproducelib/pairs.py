@@ -4,18 +4,33 @@
   (0.43M), ``checkpoints/shakespeare``;
 * ``smollm2``: SmolLM2-135M-Instruct (the GGUF fetched through pip by
   :func:`specjax.models.load_model`) with a layer-truncated self-draft (its first layers, weights
-  shared), as ``configs/smollm2.py --config.drafter=self`` decodes.
+  shared), as ``configs/smollm2.py --config.drafter=self`` decodes;
+* ``smollm2_head``: the same target with its learned EAGLE-3-class draft head
+  (``checkpoints/smollm2_eagle``, :class:`specjax.drafters.FeatureDrafter`), as
+  ``configs/smollm2_eagle.py`` decodes.
+
+A pair carries how to build its drafter for (sampling parameters, K i.i.d. paths, L), so the
+claim groups never ask what kind of draft it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
+from specjax.drafters import FeatureDrafter, ModelDrafter
 from specjax.models import load_model
+from specjax.models.eagle import load_head
 from specjax.models.pure import PureModel, truncated
+from specjax.sampling import SamplingParams
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+NAMES = ("shakespeare", "smollm2", "smollm2_head")
+"""Every pair, in report order."""
 
 SHAKESPEARE_PROMPTS = (
     "ROMEO:\n",
@@ -35,25 +50,38 @@ SMOLLM2_PROMPTS = (
     "What are the main causes of the seasons on Earth?",
 )
 
+MakeDrafter = Callable[[SamplingParams, int, int], Any]
+"""``(sampling params, K, L) -> drafter`` proposing K i.i.d. paths of L tokens."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """A target, its draft and the prompts (token ids).
+    """A target, how to build its drafter, and the prompts (token ids).
 
     Attributes:
-      name: ``shakespeare`` or ``smollm2``.
+      name: one of :data:`NAMES`.
+      label: a few words for the claim rows.
       description: one line for the report.
-      target, draft: the models.
+      target: the target model.
+      make_drafter: builds the drafter (:data:`MakeDrafter`); its K paths are i.i.d.
       prompts: token ids per row.
-      stop_tokens: ids that end a row (none for the byte-level pair).
+      stop_tokens: ids that end a row (none: every row decodes its full token count).
+      draft: the draft model of a model pair (SSD drafts with it); None for a draft head.
     """
 
     name: str
+    label: str
     description: str
     target: PureModel
-    draft: PureModel
+    make_drafter: MakeDrafter
     prompts: list[list[int]]
     stop_tokens: tuple[int, ...] = ()
+    draft: PureModel | None = None
+
+
+def _model_pair(name, label, description, target: PureModel, draft: PureModel, prompts) -> Pair:
+    make = lambda sp, k, l: ModelDrafter(draft, sp, k, l)
+    return Pair(name, label, description, target, make, prompts, draft=draft)
 
 
 def shakespeare(batch: int) -> Pair:
@@ -62,8 +90,9 @@ def shakespeare(batch: int) -> Pair:
     target, tokenizer = load_model(str(base / "target"), "")
     draft, _ = load_model(str(base / "draft"), "")
     texts = [SHAKESPEARE_PROMPTS[i % len(SHAKESPEARE_PROMPTS)] for i in range(batch)]
-    return Pair(
+    return _model_pair(
         "shakespeare",
+        "Shakespeare pair",
         "Shakespeare pair: target 3.2M parameters, forward-KL-distilled draft 0.43M, byte-level "
         f"(V = 256); {batch} prompts such as {texts[0]!r}",
         PureModel.of(target),
@@ -72,20 +101,53 @@ def shakespeare(batch: int) -> Pair:
     )
 
 
-def smollm2(source: str, layers: int, batch: int) -> Pair:
-    """SmolLM2-135M-Instruct with its first ``layers`` layers as the draft, chat prompts."""
-    target, tokenizer = load_model(source, "")
-    draft = truncated(target, layers)
+@functools.cache
+def _smollm2(source: str):
+    """SmolLM2 loaded once for both of its pairs: ``(Llama, tokenizer)``."""
+    return load_model(source, "")
+
+
+def _chat_prompts(tokenizer, batch: int) -> list[list[int]]:
     texts = [SMOLLM2_PROMPTS[i % len(SMOLLM2_PROMPTS)] for i in range(batch)]
-    prompts = [
+    return [
         tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": t}]))
         for t in texts
     ]
-    return Pair(
+
+
+def smollm2(source: str, layers: int, batch: int) -> Pair:
+    """SmolLM2-135M-Instruct with its first ``layers`` layers as the draft, chat prompts."""
+    target, tokenizer = _smollm2(source)
+    return _model_pair(
         "smollm2",
+        f"SmolLM2-135M, {layers}-layer self-draft",
         f"SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32, V = 49152) with a {layers}-of-30-"
         f"layer self-draft (weights shared, not trained as a draft); {batch} chat prompts",
         PureModel.of(target),
-        PureModel.of(draft),
-        prompts,
+        PureModel.of(truncated(target, layers)),
+        _chat_prompts(tokenizer, batch),
+    )
+
+
+def smollm2_head(source: str, head_dir: str, batch: int) -> Pair:
+    """SmolLM2-135M-Instruct with the learned feature draft head saved in ``head_dir`` (relative
+    to the repository root unless absolute), the same chat prompts as ``smollm2``."""
+    target, tokenizer = _smollm2(source)
+    path = pathlib.Path(head_dir)
+    path = path if path.is_absolute() else ROOT / path
+    head = PureModel.of(load_head(path, target.embed[...]))  # split once, shared by drafters
+    config = head.config
+    meta = json.loads((path / "config.json").read_text()).get("summary", {})
+    heldout = meta.get("heldout", {})
+    trained = f"held-out Σ min(p, q) {heldout['overlap']:.2f}; " if "overlap" in heldout else ""
+    return Pair(
+        "smollm2_head",
+        "SmolLM2-135M + learned draft head",
+        f"SmolLM2-135M-Instruct with its learned EAGLE-3-class draft head `{head_dir}` "
+        f"(`FeatureDrafter`: one decoder layer reading target blocks {config.feature_layers}, "
+        f"W = {config.draft_vocab} draft ids, q = 0 outside them; {trained}K paths i.i.d.); "
+        f"{batch} chat prompts",
+        PureModel.of(target),
+        lambda sp, k, l: FeatureDrafter(head, sp, num_paths=k, draft_len=l),
+        _chat_prompts(tokenizer, batch),
     )

@@ -61,8 +61,9 @@ def _gbv(plt, data):
     for name, rows in data["synthetic"].items():
         k, be = zip(*rows, strict=True)
         left.plot(k, be, marker="x", ls="--", label=f"synthetic {name}")
-    n, alpha = zip(*data["single_step"], strict=True)
-    left.plot(n, alpha, marker=".", ls=":", label="exact single-step α(n) / α(1), logged")
+    if data["single_step"]:  # the first logged pair's
+        n, alpha = zip(*data["single_step"], strict=True)
+        left.plot(n, alpha, marker=".", ls=":", label="exact single-step α(n) / α(1), logged")
     left.axhline(1.30, color="red", lw=0.8, ls="--", label="claim: +30%")
     left.axhline(1.0, color="gray", lw=0.8)
     left.set_xlabel("paths K")
@@ -82,16 +83,21 @@ def _gbv(plt, data):
 
 def _multidraft(plt, data):
     ratios = data["ratios"]
-    fig, axes = plt.subplots(1, len(ratios), figsize=(5 * len(ratios), 4), squeeze=False)
-    for ax, (n, by_name) in zip(axes[0], ratios.items(), strict=True):
+    cols = min(len(ratios), 2)
+    rows = -(-len(ratios) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
+    for ax in axes.flat[len(ratios) :]:
+        ax.set_visible(False)
+    for ax, (where, by_name) in zip(axes.flat, ratios.items(), strict=False):
         names = list(by_name)
         ax.boxplot([by_name[k] for k in names], whis=(1, 99), showfliers=False)
         ax.set_xticks(range(1, len(names) + 1), names, rotation=20, fontsize=8)
         ax.axhline(1.0, color="red", lw=0.8, ls="--", label="the bound α*")
-        ax.set_title(f"n = {n} drafts: α / α* per logged position", fontsize="medium")
+        ax.set_title(f"{where} drafts: α / α* per logged position", fontsize="medium")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, loc="lower left")
-    axes[0][0].set_ylabel("α / α* (whiskers: 1st–99th percentile)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("α / α* (whiskers: 1st–99th percentile)")
     fig.tight_layout()
     return fig
 

@@ -24,6 +24,9 @@ class Settings:
       smollm2_layers: layers of SmolLM2's self-draft (configs/smollm2.py's draft_layers).
       smollm2_tokens: SmolLM2 tokens per row; smollm2_batch: its rows.
       smollm2_gbv_paths: K values of GBV on SmolLM2 (empty: none).
+      head_tokens, head_batch, head_observe_paths, head_gbv_paths: the same for SmolLM2 with
+        its learned draft head (the ``smollm2_head`` pair); head_positions: its logged
+        (p, q) positions of the multi-draft claims.
       toy_rows: Monte-Carlo rows of the jitted verifiers on the toy example.
       synthetic_rows: rows per synthetic family; synthetic_vocab: their V.
       synthetic_gbv: whether GBV against BV also runs on synthetic families.
@@ -49,6 +52,11 @@ class Settings:
     smollm2_tokens: int
     smollm2_batch: int
     smollm2_gbv_paths: tuple[int, ...]
+    head_tokens: int
+    head_batch: int
+    head_observe_paths: int
+    head_gbv_paths: tuple[int, ...]
+    head_positions: int
     toy_rows: int
     synthetic_rows: int
     synthetic_vocab: int
@@ -65,6 +73,34 @@ class Settings:
     @property
     def mode(self) -> str:
         return "quick" if self.quick else "full"
+
+    def sizes(self, pair: str) -> PairSizes:
+        """What is measured on ``pair`` (a name of :data:`reproducelib.pairs.NAMES`)."""
+        if pair == "shakespeare":
+            return PairSizes(self.lengths, self.observe_paths, self.new_tokens, self.gbv_paths)
+        if pair == "smollm2":
+            return PairSizes(
+                self.lengths[:1],
+                self.smollm2_observe_paths,
+                self.smollm2_tokens,
+                self.smollm2_gbv_paths,
+            )
+        if pair == "smollm2_head":
+            return PairSizes(
+                self.lengths[:1], self.head_observe_paths, self.head_tokens, self.head_gbv_paths
+            )
+        raise ValueError(f"unknown pair {pair!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSizes:
+    """One pair's sizes: the L values of BV against token verification, its blocks scored per
+    step (``observe_paths``), new tokens per row, and the K values of GBV against BV."""
+
+    lengths: tuple[int, ...]
+    observe_paths: int
+    tokens: int
+    gbv_paths: tuple[int, ...]
 
 
 FULL = Settings(
@@ -83,6 +119,11 @@ FULL = Settings(
     smollm2_tokens=96,
     smollm2_batch=2,
     smollm2_gbv_paths=(2, 4),
+    head_tokens=128,
+    head_batch=4,
+    head_observe_paths=8,
+    head_gbv_paths=(2, 3, 4),
+    head_positions=256,
     toy_rows=1_000_000,
     synthetic_rows=8192,
     synthetic_vocab=1000,
@@ -109,6 +150,11 @@ QUICK = dataclasses.replace(
     smollm2_observe_paths=4,
     smollm2_tokens=32,
     smollm2_gbv_paths=(),
+    head_tokens=16,
+    head_batch=2,
+    head_observe_paths=4,
+    head_gbv_paths=(2,),
+    head_positions=16,
     toy_rows=200_000,
     synthetic_rows=1024,
     synthetic_gbv=False,

@@ -24,9 +24,9 @@ CASES = [
     ("greedy", 1),
     ("token", 1),
     ("block", 1),
-    ("specinfer", 3),
-    ("spectr", 3),
     ("gbv", 3),
+    # The default tier keeps one multi-path case (GBV); the others run in the slow tier.
+    *(pytest.param(v, 3, marks=pytest.mark.slow) for v in ("specinfer", "spectr")),
     *(pytest.param(v, 1, marks=pytest.mark.slow) for v in ("specinfer", "spectr", "gbv")),
 ]
 

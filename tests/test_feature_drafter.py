@@ -139,7 +139,10 @@ class RenormalisingDrafter(FeatureDrafter):
 
 @pytest.mark.parametrize(
     "cls,honest",
-    [(FeatureDrafter, True), pytest.param(RenormalisingDrafter, False, marks=pytest.mark.slow)],
+    [  # Monte-Carlo over whole sequences: the slow tier
+        pytest.param(FeatureDrafter, True, marks=pytest.mark.slow),
+        pytest.param(RenormalisingDrafter, False, marks=pytest.mark.slow),
+    ],
 )
 def test_sequence_law_at_temperature_one(small_target, cls, honest):
     params = sampling.SamplingParams(temperature=1.0)

@@ -27,6 +27,7 @@ from specjax.models import load_model
 from specjax.models.eagle import load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
+from specjax.train.feature_data import encode_chat
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMES = ("shakespeare", "smollm2", "smollm2_head")
@@ -108,11 +109,7 @@ def _smollm2(source: str):
 
 
 def _chat_prompts(tokenizer, batch: int) -> list[list[int]]:
-    texts = [SMOLLM2_PROMPTS[i % len(SMOLLM2_PROMPTS)] for i in range(batch)]
-    return [
-        tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": t}]))
-        for t in texts
-    ]
+    return encode_chat(tokenizer, [SMOLLM2_PROMPTS[i % len(SMOLLM2_PROMPTS)] for i in range(batch)])
 
 
 def smollm2(source: str, layers: int, batch: int) -> Pair:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
+import benchlib
 from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import Bench, encode_chat
 from benchlib.chat_prompts import CHATS
@@ -29,13 +30,16 @@ from specjax.sampling import SamplingParams
 
 def _timed_generations(runs: dict[str, Callable], repeats: int) -> dict[str, tuple[Any, float]]:
     """``name -> (last generation, median seconds)``: one warm-up each (compiles), then
-    ``repeats`` interleaved rounds."""
+    ``repeats`` interleaved rounds (:func:`benchlib.interleaved`)."""
     gens = {name: run() for name, run in runs.items()}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            gens[name] = run()
-            times[name].append(gens[name].metrics.seconds)
+
+    def seconds(name: str) -> float:  # keeps the generation, returns its time
+        gens[name] = runs[name]()
+        return gens[name].metrics.seconds
+
+    times = benchlib.interleaved(
+        {name: (functools.partial(seconds, name), 1) for name in runs}, repeats
+    )
     return {name: (gens[name], statistics.median(times[name])) for name in runs}
 
 

@@ -253,8 +253,10 @@ def verify_section(sec: Section, bench: Bench) -> None:
         "'read-once measured' is one fused sum over V of both probability arrays. "
         "`verify.optimal_acceptance` is a bound (p, q, K), not a verifier: not timed."
     )
-    names = [(n, True) for n in CHAIN] + [("specinfer", True), ("specinfer", False)]
-    names += [(n, True) for n in MULTIPATH if n != "specinfer"]
+    cases = [(n, True, n) for n in CHAIN]  # (verifier, replacement, label)
+    cases += [("specinfer", True, "specinfer (i.i.d.)")]
+    cases += [("specinfer", False, "specinfer (w/o replacement)")]
+    cases += [(n, True, n) for n in MULTIPATH if n != "specinfer"]
     key = jax.random.key(1)
     for b in sizes.verify_batches:
         base = sec.item(
@@ -270,12 +272,9 @@ def verify_section(sec: Section, bench: Bench) -> None:
         for multi, draft in ((False, chain), (True, base)):
             once = jax.jit(read_once).lower(draft[1], draft[2]).compile()
             once_ms[multi] = median_ms(lambda once=once, d=draft: once(d[1], d[2]), sizes)[0]
-        for name, replacement in names:
+        for name, replacement, label in cases:
             multi = name in MULTIPATH
             draft = base if multi else chain
-            label = name if replacement or name != "specinfer" else "specinfer (w/o replacement)"
-            if name == "specinfer" and replacement:
-                label = "specinfer (i.i.d.)"
 
             def one(name=name, replacement=replacement, draft=draft, once=once_ms[multi]):
                 fn = jax.jit(verifier_call(name, replacement)).lower(key, *draft).compile()

@@ -24,6 +24,7 @@ from specjax.models import (
     load_pretrained,
 )
 from specjax.models.pure import PureModel
+from specjax.train.feature_data import encode_chat as encode_chat_turns
 
 # ----------------------------------------------------------------------------- shared
 
@@ -151,7 +152,7 @@ def encode_chat(tokenizer, text: str, vocab: int) -> list[int]:
     """A chat prompt's ids: the chat template with a tokenizer, else UTF-8 bytes."""
     if tokenizer is None:
         return [b % vocab for b in text.encode()]
-    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
+    return encode_chat_turns(tokenizer, [text])[0]
 
 
 BANDWIDTH_OPS = {

@@ -6,7 +6,7 @@ r"""The papers' claims reproduced by one command: writes REPRODUCTION.md and its
   python scripts/reproduce.py --pairs=smollm2_head --sections=2,3,4 --output=/tmp/head.md
 
 One row per claim (the paper, its claim, specjax's measurement, holds or not), then a section per
-claim group: the BV paper's toy example and ALGORITHMS.md's golden values (exact), BV against
+claim group: the BV paper's toy example and docs/algorithms.md's golden values (exact), BV against
 token verification, GBV against BV, the multi-draft verifiers against the optimal acceptance,
 and SSD's cache. The logic lives in scripts/reproducelib/, one module per claim group.
 

@@ -1,5 +1,6 @@
-"""Tiny models for tests, demos and ``configs/tiny_random.py`` (``target = "random:<seed>"``):
-the one place that builds them (random byte-level models, and target/draft pairs that agree)."""
+"""Tiny models for tests and demos: target/draft pairs that agree (:func:`pair`), and the
+random byte-level models of ``configs/tiny_random.py`` (:func:`random_model`, defined with the
+``random:<seed>`` source in :mod:`specjax.models.random`, re-exported here)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,9 @@ from flax import nnx
 
 from specjax.models import Llama, LlamaConfig, config
 from specjax.models.pure import PureModel
+from specjax.models.random import RANDOM_VOCAB, random_model
 
-
-def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
-    """A tiny random byte-level Llama, seeded by ``seed``: the ``tiny`` preset widened to
-    V = 256, D = 64, 8 query over 4 KV heads, F = 128 and S = 1024."""
-    shape = dict(dim=64, num_heads=8, num_kv_heads=4, ffn_dim=128, max_seq_len=1024)
-    fields = dict(**shape, num_layers=num_layers, name=f"random-{seed}")
-    return Llama(tiny_config(256, **{**fields, **overrides}), rngs=nnx.Rngs(seed))
+__all__ = ["RANDOM_VOCAB", "pair", "perturbed", "random_model", "sharpened", "tiny_config"]
 
 
 def tiny_config(vocab: int = 48, **kw) -> LlamaConfig:

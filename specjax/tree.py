@@ -3,7 +3,7 @@
 The target scores a speculative step in one call over ``T = 1 + K * L`` tokens: the root (the last
 committed token, not yet in the cache) followed by the path nodes in path-major order, node
 ``(k, i)`` at index ``1 + k * L + i``. Paths are not deduplicated: paths sharing a prefix carry
-identical copies of it (ALGORITHMS.md §0.2), so every path is a plain chain of the tree.
+identical copies of it (docs/algorithms.md, conventions), so every path is a plain chain.
 
 The draft grows the same tree one depth per call: call ``i`` (1 <= i < L) feeds the K tokens of
 depth ``i - 1``, written after the root at slot ``base + (i - 1) * K + k``; each may attend only to

@@ -1,4 +1,4 @@
-"""Tests of the optimal multi-draft acceptance rate (ALGORITHMS.md §5, Hu et al. 2502.18779)."""
+"""Tests of the optimal multi-draft acceptance rate (docs/algorithms.md; Hu et al. 2502.18779)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from specjax.verify.optimal import optimal_acceptance
 from specjax.verify.optimal_reference import draft_tuple_law, optimal_acceptance_bruteforce
 
-# §4.6: (p, q, k, OPT with replacement, OPT without replacement), rounded to 4 decimals.
+# docs/algorithms.md, golden values: (p, q, k, OPT with, OPT without replacement), 4 decimals.
 TABLE = [
     ((0.4, 0.3, 0.2, 0.1), (0.1, 0.2, 0.3, 0.4), 2, 0.7900, 0.8345),
     ((0.6, 0.2, 0.1, 0.1), (0.25, 0.25, 0.25, 0.25), 2, 0.8375, 0.9000),

@@ -1,6 +1,6 @@
 """Exact tests of the NumPy reference laws (specjax.verify.reference) across all verifiers.
 
-Losslessness is checked by exact enumeration (ALGORITHMS §0.4): every draft outcome x every
+Losslessness is checked by exact enumeration (docs/algorithms.md): every draft outcome x every
 verifier outcome, completed with target probabilities, must reproduce the target's joint law of
 length-(L+1) strings. This file holds the tests that span chain and multi-path verifiers and the
 sanity checks of the enumeration harness; chain-only and multi-path-only tests are in

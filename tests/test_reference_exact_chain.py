@@ -1,6 +1,6 @@
 """Exact tests of the NumPy reference laws of the chain verifiers (greedy, token, block).
 
-Losslessness by exact enumeration (ALGORITHMS §0.4), golden values from ALGORITHMS §3 and the
+Losslessness by exact enumeration, golden values (both in docs/algorithms.md) and the
 block-verification invariants.
 """
 
@@ -46,7 +46,7 @@ def test_greedy_lossless_at_temperature_zero(vocab, length, q_variant):
 # Golden values.
 # --------------------------------------------------------------------------------------------
 
-BV_TABLE = {  # L: (token E[tau], BV E[tau]), ALGORITHMS §3
+BV_TABLE = {  # L: (token E[tau], BV E[tau]), docs/algorithms.md, golden values
     1: (Fraction(2, 3), Fraction(2, 3)),
     2: (Fraction(10, 9), Fraction(11, 9)),
     3: (Fraction(38, 27), Fraction(5, 3)),
@@ -92,7 +92,7 @@ def test_block_never_worse_than_token(seed):
 
 
 def test_block_last_success_wins():
-    """§3 example with x = (a, b): position 1's stop test always fails, yet tau = 2 surely."""
+    """The BV example with x = (a, b): position 1's stop test always fails, yet tau = 2 surely."""
     model = en.bv_paper_model(2)
     tokens = np.array([0, 1])
     draft_probs = np.stack([model.q(()), model.q((0,))])

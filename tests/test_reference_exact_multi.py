@@ -1,6 +1,6 @@
 """Exact tests of the NumPy reference laws of the multi-path verifiers (SpecInfer, SpecTr, GBV).
 
-Losslessness by exact enumeration (ALGORITHMS §0.4), golden values from ALGORITHMS §4.6, the
+Losslessness by exact enumeration, the single-step golden values (docs/algorithms.md), the
 temperature-0 and single-path reductions, SpecTr's ρ* and GBV's skewed draft rows.
 """
 
@@ -63,7 +63,7 @@ def test_wor_tree_lossless(vocab, length, variant):
 # Golden values.
 # --------------------------------------------------------------------------------------------
 
-# ALGORITHMS §4.6: p, q, k, 1-TV, RRS w/, k-SEQ w/, rho*, RRS w/o (4 printed decimals).
+# docs/algorithms.md, golden values: p, q, k, 1-TV, RRS w/, k-SEQ w/, rho*, RRS w/o (4 decimals).
 SINGLE_STEP_TABLE = [
     ((0.4, 0.3, 0.2, 0.1), (0.1, 0.2, 0.3, 0.4), 2, 0.6000, 0.7200, 0.7500, 1.5000, 0.7643),
     ((0.6, 0.2, 0.1, 0.1), (0.25,) * 4, 2, 0.6500, 0.7375, 0.7699, 1.4797, 0.7667),

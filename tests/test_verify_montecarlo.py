@@ -164,7 +164,7 @@ def test_block_last_success_wins():
 
 @pytest.mark.parametrize("name,want", [("token", 10 / 9), ("block", 11 / 9)])
 def test_paper_example_expected_accepted(name, want):
-    """ALGORITHMS §3: E[tau] = 10/9 (token) and 11/9 (block) at L = 2, jitted, 200k samples."""
+    """Golden values: E[tau] = 10/9 (token) and 11/9 (block) at L = 2, jitted, 200k samples."""
     rng = np.random.default_rng(0)
     model = en.bv_paper_model(2)
     batch = en.sample_drafts(model, "chain", 1, 2, NUM, rng)

@@ -5,7 +5,7 @@ Scripts run with ``scripts/`` on ``sys.path`` and ``import reproducelib``. One m
 * :mod:`.claims`: a claim row (paper, claim, measurement, verdict), the claim table, number
   formatting;
 * :mod:`.chain_exact`: exact laws of the chain verifiers by enumeration (the BV paper's toy
-  example, ALGORITHMS.md §3's golden values), the full-joint optimum by linear programming, and
+  example, docs/algorithms.md's golden values), the full-joint optimum by linear programming, and
   a drafted block's exact expected accepted length;
 * :mod:`.multidraft_exact`: exact single-step acceptance rates of the multi-draft verifiers for
   any vocabulary (closed forms, checked against the NumPy reference laws);

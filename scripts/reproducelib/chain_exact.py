@@ -2,7 +2,7 @@
 
 * :func:`enumerated_accepted`: E[tau] of a verifier on a small model, every draft block
   enumerated with its probability and the reference's exact outcome law summed over it (the BV
-  paper's toy example, ALGORITHMS.md §3's golden values);
+  paper's toy example, docs/algorithms.md's golden values);
 * :func:`full_joint_optimum`: the best E[tau] of any coupling of the draft block and the
   target's block (a verifier that knows both joint laws), by linear programming, with the
   prefix bound sum_i (1 - TV of the length-i prefixes) beside it;
@@ -122,7 +122,7 @@ def token_expected(tokens, q_rows, p_rows) -> float:
 
 def block_expected(tokens, q_rows, p_rows) -> float:
     """E[tau | block] under block verification, from the reference's stop probabilities h:
-    ``P(tau = i) = h_i prod_{j>i} (1 - h_j)`` (ALGORITHMS.md §3)."""
+    ``P(tau = i) = h_i prod_{j>i} (1 - h_j)`` (docs/algorithms.md, "Block verification")."""
     _, h = reference.block_weights_and_stops(tokens, q_rows, p_rows)
     n = len(h) - 1
     return float(sum(i * h[i] * np.prod(1.0 - h[i + 1 :]) for i in range(1, n + 1)))

@@ -28,7 +28,7 @@ from reproducelib.settings import Settings
 from specjax import verify
 from specjax.sampling import sample_without_replacement
 
-BOUND_TOLERANCE = 1e-5  # optimal_acceptance runs in float32 (about 1e-7 off, ALGORITHMS §5)
+BOUND_TOLERANCE = 1e-5  # optimal_acceptance runs in float32 (about 1e-7 off, docs/algorithms.md)
 WITH = ("specinfer w/ repl.", "spectr", "gbv")  # i.i.d. drafts: bounded by alpha* with replacement
 JITTED = {  # closed-form name -> (verifier, replacement, drafts i.i.d.)
     "specinfer w/ repl.": ("specinfer", True, True),

@@ -1,17 +1,17 @@
 """Exact single-step acceptance rates of the multi-draft verifiers, for any vocabulary.
 
 At one node with target ``p`` and draft ``q`` (rows ``[V]``, float64) and ``n`` draft tokens,
-the probability that the verifier's output is one of the drafts (ALGORITHMS.md §4):
+the probability that the verifier's output is one of the drafts (docs/algorithms.md):
 
-* :func:`specinfer_with`: SpecInfer / RRS with replacement (§4.2). The residuals do not depend
+* :func:`specinfer_with`: SpecInfer / RRS with replacement. The residuals do not depend
   on the drafts, so ``alpha = 1 - prod_j (1 - sum_v min(q, r_j))``, ``r_1 = p``,
   ``r_{j+1} = norm(max(r_j - q, 0))``.
-* :func:`specinfer_without`: RRS without replacement (§4.3), ``n <= 3``: the first n − 1 draws
+* :func:`specinfer_without`: RRS without replacement, ``n <= 3``: the first n − 1 draws
   are enumerated; a rejected draw x has ``r(x) = 0``, so removing it from the draft law only
   rescales the draft, and each acceptance sum comes from prefix sums over one sort by r/q
   (O(V log V) for n = 2, O(V² log V) for n = 3).
-* :func:`spectr`: SpecTr's k-SEQ (§4.4) at the reference's rho*: ``1 - (1 - beta(rho*))^n``.
-* :func:`gbv`: GBV with one level (§6): the selected draft is the best-ranked of n i.i.d. draws
+* :func:`spectr`: SpecTr's k-SEQ at the reference's rho*: ``1 - (1 - beta(rho*))^n``.
+* :func:`gbv`: GBV with one level: the selected draft is the best-ranked of n i.i.d. draws
   (rank by p/q, ties to the larger index), whose law is ``F(x)^n - (F(x) - q(x))^n`` with F the
   draft CDF in rank order, then block (= token) verification: ``sum_v min(p, q_skew)``.
 

@@ -1,4 +1,4 @@
-"""Claim 5: speculative speculative decoding (Kumar, Dao, May; SSD.md) on the Shakespeare pair.
+"""Claim 5: speculative speculative decoding (Kumar, Dao, May; docs/ssd.md) on the Shakespeare pair.
 
 :func:`specjax.decode.generate_ssd` (the fused one-device rounds) over a grid of branch budgets C,
 the two fan-out families and Saguaro factors, the SSD counters pooled over the seeds

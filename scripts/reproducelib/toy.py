@@ -1,4 +1,4 @@
-"""Claim 1: the BV paper's toy example and ALGORITHMS.md's golden values, exactly.
+"""Claim 1: the BV paper's toy example and docs/algorithms.md's golden values, exactly.
 
 Sun et al. (ICLR'25), p = (1/3, 2/3), q = (2/3, 1/3), L = 2: expected accepted tokens 10/9
 (token verification), 11/9 (block verification), 12/9 (the optimum with full joint knowledge).
@@ -25,7 +25,7 @@ P_TOY, Q_TOY = (1 / 3, 2 / 3), (2 / 3, 1 / 3)
 TOY_EXPECTED = {"token": Fraction(10, 9), "block": Fraction(11, 9), "optimum": Fraction(12, 9)}
 TOLERANCE = 1e-6
 
-# ALGORITHMS.md §3: E[tau] of the toy pair for L = 1..5 (token, block).
+# docs/algorithms.md, golden values: E[tau] of the toy pair for L = 1..5 (token, block).
 GOLDEN_L = {
     1: (Fraction(2, 3), Fraction(2, 3)),
     2: (Fraction(10, 9), Fraction(11, 9)),
@@ -34,12 +34,12 @@ GOLDEN_L = {
     5: (Fraction(422, 243), Fraction(64, 27)),
 }
 
-# ALGORITHMS.md §3's context-dependent example (V = {0, 1}, L = 2): token 13/10, block 57/40.
+# docs/algorithms.md's context-dependent example (V = {0, 1}, L = 2): token 13/10, block 57/40.
 CONTEXT_P = {(): (1 / 2, 1 / 2), (0,): (3 / 4, 1 / 4), (1,): (1 / 5, 4 / 5)}
 CONTEXT_Q = {(): (3 / 4, 1 / 4), (0,): (1 / 2, 1 / 2), (1,): (1 / 2, 1 / 2)}
 CONTEXT_EXPECTED = {"token": Fraction(13, 10), "block": Fraction(57, 40)}
 
-# ALGORITHMS.md §4.6: single-step acceptance (4 decimals): RRS w/, k-SEQ, OPT w/, RRS w/o, OPT w/o.
+# docs/algorithms.md, single-step acceptance (4 decimals): RRS w/, k-SEQ, OPT w/, RRS w/o, OPT w/o.
 MULTI_ROWS = [
     ((0.4, 0.3, 0.2, 0.1), (0.1, 0.2, 0.3, 0.4), 2, (0.7200, 0.7500, 0.7900, 0.7643, 0.8345)),
     ((0.6, 0.2, 0.1, 0.1), (0.25,) * 4, 2, (0.7375, 0.7699, 0.8375, 0.7667, 0.9000)),
@@ -94,7 +94,7 @@ def context_example() -> dict[str, float]:
 
 
 def multi_draft_rows() -> list[tuple]:
-    """Per §4.6 row: (p, q, k, printed, measured) with measured = (RRS w/, k-SEQ, OPT w/ (JAX),
+    """Per table row: (p, q, k, printed, measured) with measured = (RRS w/, k-SEQ, OPT w/ (JAX),
     RRS w/o, OPT w/o (JAX), OPT w/ and w/o by brute force, GBV)."""
     out = []
     for p, q, k, printed in MULTI_ROWS:
@@ -149,7 +149,7 @@ def _golden_table(rows) -> str:
 
 
 def _multi_table(rows) -> str:
-    head = ["p", "q", "k", "RRS w/", "k-SEQ", "OPT w/", "RRS w/o", "OPT w/o", "GBV (not in §4.6)"]
+    head = ["p", "q", "k", "RRS w/", "k-SEQ", "OPT w/", "RRS w/o", "OPT w/o", "GBV (added)"]
     body = []
     for p, q, k, printed, measured, _, gbv in rows:
         cells = [f"{m:.4f} ({e:.4f})" for m, e in zip(measured, printed, strict=True)]
@@ -188,7 +188,7 @@ def run(settings: Settings) -> Section:
             1,
         ),
         Claim(
-            "ALGORITHMS.md §3 (golden values)",
+            "docs/algorithms.md (golden values)",
             "toy pair L = 1..5 (38/27 vs 5/3, 130/81 vs 166/81, ...); context-dependent "
             "example 13/10 (token) vs 57/40 (BV)",
             f"all 10 + 2 values reproduced (max |error| {max(golden_err, context_err):.1e})",
@@ -196,7 +196,7 @@ def run(settings: Settings) -> Section:
             1,
         ),
         Claim(
-            "ALGORITHMS.md §4.6 (Hu et al. bound, SpecInfer, SpecTr)",
+            "docs/algorithms.md (single-step table: Hu et al. bound, SpecInfer, SpecTr)",
             "single-step acceptance table (RRS w/ and w/o, k-SEQ at ρ*, OPT w/ and w/o)",
             f"all 20 entries within the table's rounding (max |diff| {multi_err:.1e}); "
             f"optimal_acceptance = brute force to {brute_err:.0e}",
@@ -227,7 +227,7 @@ batch), mean τ ± SE: `token_verify` {mc["token"][0]:.4f} ± {mc["token"][1]:.4
 ({_z(mc["token"], toy["token"])}), `block_verify` {mc["block"][0]:.4f} ± {mc["block"][1]:.4f}
 ({_z(mc["block"], toy["block"])}).
 
-**ALGORITHMS.md §3, the toy pair for more L** (E[τ] by the same enumeration; the full-joint
+**docs/algorithms.md, the toy pair for more L** (E[τ] by the same enumeration; the full-joint
 optimum is new here):
 
 {_golden_table(golden)}
@@ -236,11 +236,11 @@ optimum is new here):
 {exact(context["token"], CONTEXT_EXPECTED["token"])}, block
 {exact(context["block"], CONTEXT_EXPECTED["block"])}.
 
-**ALGORITHMS.md §4.6, single-step multi-draft acceptance** (measured, printed value in
+**docs/algorithms.md's single-step multi-draft acceptance table** (measured, printed value in
 parentheses): RRS and k-SEQ by enumerating every draft tuple through the reference laws
 (`specinfer_law`, `spectr_law`), OPT by the jitted `optimal_acceptance` (float32; the float64
-brute force over all 2^V subsets agrees to {brute_err:.0e}). The NSS columns of §4.6 are not a
-specjax verifier and are left out; GBV's single-step rate is added.
+brute force over all 2^V subsets agrees to {brute_err:.0e}). Naive sampling (NSS) is not a
+specjax verifier and is left out; GBV's single-step rate is added.
 
 {_multi_table(multi)}
 """

@@ -1,6 +1,6 @@
 """The SSD (Saguaro) draft side: serve a speculation from the cache, build the next cache.
 
-Speculative speculative decoding (Kumar, Dao, May; ALGORITHMS.md §7) takes drafting off the
+Speculative speculative decoding (Kumar, Dao, May; docs/ssd.md) takes drafting off the
 critical path. While the target verifies round t's speculation ``x [B, L]``, the draft guesses the
 outcome (k accepted tokens, bonus token b) and drafts round t+1's speculation for each guess:
 

@@ -48,7 +48,7 @@ def load_model(
       FileNotFoundError: ``path`` names no file or directory.
     """
     if path.startswith("random:"):
-        from specjax.testing import random_model  # (imports specjax.models)
+        from specjax.models.random import random_model
 
         module = random_model(int(path.split(":", 1)[1]))
         if mesh is not None:

@@ -2,7 +2,7 @@
 
 These enumerate everything explicitly in float64 and are only meant for tiny vocabularies (tests).
 The fast JAX version is :func:`specjax.verify.optimal.optimal_acceptance`; both implement the dual
-formula of Hu et al. (arXiv 2502.18779), see ALGORITHMS.md §5:
+formula of Hu et al. (arXiv 2502.18779), see docs/algorithms.md, "Optimal multi-draft acceptance":
 
     alpha* = min over H ⊆ vocab of [ 1 + p(H) - Q(all n drafts in H) ],
 

@@ -1,4 +1,4 @@
-"""The multi-path tree walk shared by SpecInfer and SpecTr (ALGORITHMS.md §4.2–§4.4, §0.5).
+"""The multi-path tree walk shared by SpecInfer and SpecTr (docs/algorithms.md, "Tree walks").
 
 Paths are path-major ``[B, K, L]``; the paths alive at depth d are those whose first d tokens
 equal the accepted prefix, so they all sit at the same tree node and carry identical

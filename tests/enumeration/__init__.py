@@ -1,4 +1,4 @@
-"""Exact-enumeration harness for verifier tests (ALGORITHMS §0.4).
+"""Exact-enumeration harness for verifier tests (docs/algorithms.md, "How exactness is proven").
 
 A :class:`Model` holds a draft law ``q(.|prefix)`` and a target law ``p(.|prefix)`` for every
 prefix of length ``0..depth`` over a tiny vocabulary. A draft *scheme* says how K draft paths of

@@ -60,7 +60,7 @@ def make_scheme(name: str | Scheme, num_paths: int, length: int) -> Scheme:
 
     There is deliberately no i.i.d. tree: in path-major layouts two paths through one shared
     node look exactly like two i.i.d. siblings that happen to coincide, so the with-replacement
-    tree walks (SpecInfer §4.2, SpecTr) would count the shared node as several draws (they are
+    tree walks (SpecInfer, SpecTr) would count the shared node as several draws (they are
     exact only for the ``iid`` scheme). Without replacement, equal tokens at a node are always
     one node, so ``wor_tree`` is unambiguous.
     """

@@ -142,12 +142,12 @@ def random_model(
 
 
 def bv_paper_model(depth: int) -> Model:
-    """ALGORITHMS §3 motivating example: p = (1/3, 2/3), q = (2/3, 1/3) at every position."""
+    """The BV paper's example: p = (1/3, 2/3), q = (2/3, 1/3) at every position."""
     return context_independent([1 / 3, 2 / 3], [2 / 3, 1 / 3], depth)
 
 
 def context_dependent_example() -> Model:
-    """ALGORITHMS §3 context-dependent example (V = 2, depth 2; bonus rows uniform)."""
+    """docs/algorithms.md's context-dependent example (V = 2, depth 2; bonus rows uniform)."""
     p_rows = {(): [1 / 2, 1 / 2], (0,): [3 / 4, 1 / 4], (1,): [1 / 5, 4 / 5]}
     q_rows = {(): [3 / 4, 1 / 4], (0,): [1 / 2, 1 / 2], (1,): [1 / 2, 1 / 2]}
     uniform = [1 / 2, 1 / 2]

@@ -7,7 +7,7 @@ holding only outcomes of positive probability. ``tau`` is the number of accepted
 path followed (0 for chain verifiers). Everything is float64 and written for clarity, not speed:
 these functions are the oracles that the jitted verifiers and the exact-enumeration tests
 (``tests/enumeration/``) are checked against. The algorithms are specified in
-``ALGORITHMS.md`` (token §1, greedy §2, block §3, specinfer §4.2/§4.3, spectr §4.4, gbv §6).
+``docs/algorithms.md`` (one section per verifier: greedy, token, block, SpecInfer, SpecTr, GBV).
 
 Input layouts (q = draft, p = target):
 

@@ -1,4 +1,4 @@
-"""NumPy reference laws of the chain verifiers: greedy (§2), token (§1) and block (§3).
+"""NumPy reference laws of the chain verifiers: greedy, token and block (docs/algorithms.md).
 
 Each takes one chain row ``draft_tokens [L]``, ``draft_probs [L, V]``, ``target_probs [L+1, V]``
 (see :mod:`specjax.verify.reference` for the conventions).
@@ -18,7 +18,7 @@ from specjax.verify.reference.common import (
 
 
 def greedy_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
-    """Greedy verification (ALGORITHMS §2): accept while the draft equals the target argmax.
+    """Greedy verification (docs/algorithms.md): accept while the draft equals the target argmax.
 
     ``a_i = argmax p_i`` (first maximal index). The outcome is deterministic: tau = number of
     leading valid tokens equal to ``a_i``, next token ``a_tau``.
@@ -40,7 +40,7 @@ def greedy_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
 
 
 def token_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
-    """Standard token-level speculative sampling (ALGORITHMS §1).
+    """Standard token-level speculative sampling (docs/algorithms.md, "Token verification").
 
     Token ``i`` (0-based) is accepted w.p. ``min(1, p_i(x_i) / q_i(x_i))``; the first rejection
     stops the walk and the correction is drawn from ``normalize(max(p_tau - q_tau, 0))``
@@ -72,7 +72,7 @@ def token_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
 def block_weights_and_stops(
     draft_tokens, draft_probs, target_probs, num_draft=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Block verification weights ``w`` and stop probabilities ``h`` (ALGORITHMS §3).
+    """Block verification weights ``w`` and stop probabilities ``h`` (docs/algorithms.md).
 
     Sequential recurrence: ``w_0 = 1``, ``w_i = min(w_{i-1} p(x_i) / q(x_i), 1)`` using 0-based
     rows ``i-1`` (a pad token or ``p(x_i) = 0`` gives ``w_i = 0``; ``q(x_i) = 0 < p(x_i)``
@@ -110,7 +110,7 @@ def block_weights_and_stops(
 
 
 def block_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
-    """Block verification (ALGORITHMS §3), "last success wins".
+    """Block verification (docs/algorithms.md, "Block verification"), "last success wins".
 
     ``P(tau = i) = h_i * prod_{j=i+1..n} (1 - h_j)`` with ``w, h`` from
     :func:`block_weights_and_stops`. For ``tau < n`` the correction is drawn from

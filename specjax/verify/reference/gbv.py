@@ -1,4 +1,4 @@
-"""NumPy reference of greedy multi-path block verification (GBV, ALGORITHMS §6).
+"""NumPy reference of greedy multi-path block verification (GBV, docs/algorithms.md).
 
 Path selection with its skewed draft rows, then block verification of the chosen path.
 """
@@ -27,7 +27,7 @@ def _gbv_keys(p_d: np.ndarray, q_d: np.ndarray) -> np.ndarray:
 def gbv_select(
     draft_tokens, draft_probs, target_probs, num_draft=None
 ) -> tuple[int, int, np.ndarray]:
-    """GBV path selection and skewed draft rows (ALGORITHMS §6, conventions §0.5).
+    """GBV path selection and skewed draft rows (docs/algorithms.md, GBV: the order, the law).
 
     Greedy walk: at depth ``d`` the candidates are the alive paths with ``d < n[j]`` (and a
     token ``>= 0``); the token maximal in ``(κ_d(x), x)`` is chosen and the candidates carrying
@@ -87,7 +87,7 @@ def gbv_select(
 
 
 def gbv_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
-    """Greedy multi-path block verification (ALGORITHMS §6).
+    """Greedy multi-path block verification (docs/algorithms.md, GBV).
 
     Block verification (:func:`block_law`) of the path chosen by :func:`gbv_select`, with its
     draft rows replaced by ``q_skew`` and ``num_draft = n_sel``.

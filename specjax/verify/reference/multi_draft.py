@@ -1,4 +1,4 @@
-"""NumPy reference laws of the multi-draft tree walks: SpecInfer (§4.2, §4.3), SpecTr (§4.4).
+"""NumPy reference laws of the multi-draft tree walks: SpecInfer, SpecTr (docs/algorithms.md).
 
 Each takes one path-major row ``draft_tokens [K, L]``, ``draft_probs [K, L, V]``,
 ``target_probs [K, L+1, V]`` (see :mod:`specjax.verify.reference` for the conventions).
@@ -25,7 +25,7 @@ NodeRule = Callable[[np.ndarray, np.ndarray, list[int]], tuple[dict[int, float],
 def _tree_walk_law(
     tokens: np.ndarray, q: np.ndarray, p: np.ndarray, n: np.ndarray, node_rule: NodeRule
 ) -> Law:
-    """Exact law of a depth-by-depth tree walk over path-major drafts (ALGORITHMS §4.4).
+    """Exact law of a depth-by-depth tree walk over path-major drafts (docs/algorithms.md).
 
     At depth ``d`` the alive paths (those whose first ``d`` tokens equal the accepted prefix)
     share the node rows ``p_d = p[j, d]``, ``q_d = q[j, d]`` (taken from the smallest alive
@@ -61,7 +61,7 @@ def _tree_walk_law(
 def _rrs_with_replacement(
     p_d: np.ndarray, q_d: np.ndarray, candidates: list[int]
 ) -> tuple[dict[int, float], float, np.ndarray]:
-    """SpecInfer recursive rejection sampling with replacement at one node (§4.2)."""
+    """SpecInfer recursive rejection sampling with replacement at one node."""
     accepted: dict[int, float] = {}
     reach = 1.0  # P(all earlier candidates rejected)
     r = p_d
@@ -76,7 +76,7 @@ def _rrs_with_replacement(
 def _rrs_without_replacement(
     p_d: np.ndarray, q_d: np.ndarray, candidates: list[int]
 ) -> tuple[dict[int, float], float, np.ndarray]:
-    """Recursive rejection sampling without replacement at one node (§4.3).
+    """Recursive rejection sampling without replacement at one node.
 
     Candidates with the same token are one tree node: only the first occurrence is tested.
     """
@@ -99,7 +99,7 @@ def _rrs_without_replacement(
 
 
 def spectr_rho(p, q, k: int) -> float:
-    """Returns SpecTr's ρ* for target ``p``, draft ``q`` and ``k`` i.i.d. drafts (§4.4).
+    """Returns SpecTr's ρ* for target ``p``, draft ``q`` and ``k`` i.i.d. drafts.
 
     With ``β(ρ) = Σ_v min(q(v), p(v)/ρ)`` and ``p_acc(ρ) = 1 - (1 - β)^k``, ρ* is the smallest
     ``ρ`` in ``[1, k]`` with ``p_acc(ρ) <= ρ β(ρ)`` (the root of ``p_acc/β = ρ``; the validity
@@ -133,7 +133,7 @@ def spectr_rho(p, q, k: int) -> float:
 def _k_seq(
     p_d: np.ndarray, q_d: np.ndarray, candidates: list[int]
 ) -> tuple[dict[int, float], float, np.ndarray]:
-    """SpecTr k-sequential selection at one node (§4.4)."""
+    """SpecTr k-sequential selection at one node."""
     k = len(candidates)
     if k == 0:
         return {}, 1.0, p_d
@@ -158,15 +158,15 @@ def _k_seq(
 def specinfer_law(
     draft_tokens, draft_probs, target_probs, num_draft=None, replacement: bool = True
 ) -> Law:
-    """SpecInfer tree verification: recursive rejection sampling at every node (§4.2, §4.3).
+    """SpecInfer tree verification: recursive rejection sampling at every node.
 
     Args:
       draft_tokens: ``[K, L]`` int, path-major, pads ``-1``.
       draft_probs: ``[K, L, V]``; paths sharing a node carry identical rows.
       target_probs: ``[K, L+1, V]``.
       num_draft: valid tokens per path (int or ``[K]``; default ``L``).
-      replacement: True for siblings drawn i.i.d. (§4.2), False for siblings drawn without
-        replacement in path-index order (§4.3; candidates with equal tokens are deduplicated).
+      replacement: True for siblings drawn i.i.d., False for siblings drawn without
+        replacement in path-index order (candidates with equal tokens are deduplicated).
 
     Returns:
       The exact outcome law.
@@ -177,7 +177,7 @@ def specinfer_law(
 
 
 def spectr_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
-    """SpecTr tree verification: k-SEQ at every node with ρ* (§4.4).
+    """SpecTr tree verification: k-SEQ at every node with ρ*.
 
     Args:
       draft_tokens: ``[K, L]`` int, path-major i.i.d. paths, pads ``-1``.

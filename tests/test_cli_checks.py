@@ -11,15 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from absl import flags
-from ml_collections import config_flags
 
 from specjax.cli import decode as runner
 from specjax.cli import distill as distill_cli
 from specjax.cli import train as train_cli
 from specjax.cli import validate
 from specjax.cli.app import error_line, run_or_exit
-from specjax.config_files import load_config, loaded_config, parse_flags
+from specjax.config_files import load_config
 from specjax.models import checkpoint
 from specjax.testing import random_model
 
@@ -108,6 +106,66 @@ def test_decode_bad_input(overrides, message):
 def test_decode_checks_every_shipped_config():
     for name in ("shakespeare", "tiny_random", "smollm2"):
         validate.check_decode(config(name))
+
+
+# Each SSD key at its boundaries on tiny_random (draft V = 256; L = 4 unless given): the value
+# just inside passes the checks, the value just outside is one error line naming the key. After
+# k < L accepted tokens V - 1 tokens can be the bonus (the rejected drafted one cannot), after L
+# any of the V.
+SSD_INSIDE = [
+    dict(ssd_budget=1),
+    dict(ssd_budget=1024),  # L = 4: (L + 1)(V - 1) = 1275 > 1024, the geometric terms capped
+    dict(num_speculative_tokens=1, ssd_budget=510),  # (L + 1)(V - 1) = 510
+    dict(num_speculative_tokens=1, ssd_budget=510, ssd_fan_out="uniform"),
+    dict(ssd_fan_out="255,0,0,0,256"),
+    dict(ssd_fan_out="255,1,0,0,0", ssd_fan_out_miss="0,0,0,0,256"),
+    dict(ssd_saguaro_top=0),
+    dict(ssd_saguaro_top=256),
+    dict(ssd_saguaro=1.0),
+    dict(ssd_saguaro=1e-6),
+    dict(ssd_alpha=1e-6),
+    dict(ssd_alpha=0.999),
+]
+SSD_OUTSIDE = [
+    (dict(ssd_budget=0), "ssd_budget must be in [1, 1024], got 0"),
+    (dict(ssd_budget=1025), "ssd_budget must be in [1, 1024], got 1025"),
+    (dict(num_speculative_tokens=1, ssd_budget=511), "ssd_budget=511 exceeds (L + 1)(V - 1) = 510"),
+    (
+        dict(num_speculative_tokens=1, ssd_budget=512, ssd_fan_out="uniform"),
+        "ssd_budget=512 exceeds (L + 1)(V - 1) = 510",
+    ),
+    (dict(ssd_fan_out="256,0,0,0,0"), "ssd_fan_out='256,0,0,0,0': F_0 = 256 exceeds V - 1 = 255"),
+    (dict(ssd_fan_out="0,0,0,0,257"), "ssd_fan_out='0,0,0,0,257': F_4 = 257 exceeds V = 256"),
+    (dict(ssd_fan_out="0,0,0,0,0"), "at least one > 0"),
+    (dict(ssd_fan_out="-1,1,1,1,1"), "non-negative ints"),
+    (
+        dict(ssd_fan_out="255,1,0,0,0", ssd_fan_out_miss="0,256,0,0,0"),
+        "ssd_fan_out_miss='0,256,0,0,0': F_1 = 256 exceeds V - 1 = 255",
+    ),
+    (dict(ssd_saguaro_top=257), "ssd_saguaro_top must be in [0, 256], got 257"),
+    (dict(ssd_saguaro_top=-1), "ssd_saguaro_top must be in [0, 256], got -1"),
+    (dict(ssd_saguaro=1.000001), "ssd_saguaro must be in (0.0, 1.0]"),
+    (dict(ssd_saguaro=0.0), "ssd_saguaro must be in (0.0, 1.0]"),
+    (dict(ssd_alpha=0.0), "ssd_alpha must be in (0.0, 1.0]"),
+    (dict(ssd_alpha=1.0), "ssd_alpha must be in (0, 1)"),
+]
+
+
+def test_ssd_keys_at_their_boundaries():
+    """Every SSD key just inside its range passes the checks; just outside it is one error line
+    naming the key and the bound, before any model is loaded (these used to pass the checks and
+    fail inside JAX's top_k, naming no key)."""
+    for overrides in SSD_INSIDE:
+        cfg = config("tiny_random", mode="ssd", **overrides)
+        validate.check_decode(cfg)
+        ssd = validate.ssd_config(cfg)
+        ssd.check_vocab(256)  # what generate_ssd checks before compiling
+        for fans in (ssd.fan_out, ssd.miss_fan_out):
+            assert max(fans[:-1]) <= 255 and fans[-1] <= 256, (overrides, ssd)
+    assert validate.ssd_config(config("tiny_random", mode="ssd", ssd_budget=1024)).branches == 1024
+    for overrides, message in SSD_OUTSIDE:
+        line = one_error_line(runner.run, config("tiny_random", mode="ssd", **overrides))
+        assert message in line, (overrides, line)
 
 
 @pytest.fixture(scope="module")
@@ -233,31 +291,6 @@ def test_distill_target_problems(tmp_path, saved_tiny):
     assert "has no tokenizer/ directory" in one_error_line(distill_cli.run, cfg)
 
 
-def parsed(argv):
-    """``parse_flags`` + ``loaded_config`` on a fresh flag set, as a CLI's start-up runs them."""
-    fv = flags.FlagValues()
-    holder = config_flags.DEFINE_config_file("config", None, "config", flag_values=fv)
-    parse_flags(["prog", *argv], fv)
-    return loaded_config(holder, "configs/shakespeare.py", fv)
-
-
-@pytest.mark.parametrize(
-    "argv,message",
-    [
-        (["--config", "configs/nope.py"], "config file configs/nope.py not found"),
-        (["--config", "BROKEN"], "line 1: invalid syntax"),
-        ([], "--config is required"),
-    ],
-)
-def test_config_file_problems(argv, message, tmp_path):
-    broken = tmp_path / "broken.py"
-    broken.write_text("def get_config(:\n")
-    with pytest.raises(SystemExit) as exit_info:
-        parsed([str(broken) if a == "BROKEN" else a for a in argv])
-    line = str(exit_info.value.code)
-    assert line.startswith("error:") and "\n" not in line and message in line, line
-
-
 def test_error_line_joins_lines():
     assert error_line(ValueError("a\n  b\n")) == "error: a; b"
     assert error_line(KeyError()) == "error: KeyError"
@@ -272,3 +305,28 @@ def test_early_interrupt_handlers_only_for_the_cli(monkeypatch):
     assert interrupts.started_as("specjax.decode")
     monkeypatch.setattr("sys.orig_argv", ["python", "-m", "pytest", "specjax.decode"])
     assert not interrupts.started_as("specjax.decode")
+
+
+def test_ssd_vocabulary_bounds_in_the_library():
+    """Library users' SSDConfig is bounded by the loaded draft's vocabulary (the CLI cannot read
+    a GGUF draft's V before loading it): one ValueError naming the knob, before compiling.
+    (Placed after the tests that build random_model(0), whose first build is the slow one.)"""
+    from specjax.decode import DecodeConfig, generate_ssd
+    from specjax.drafters import SSDConfig, SSDDrafter
+    from specjax.sampling import SamplingParams
+
+    model = random_model(0)
+    sampling = SamplingParams(1.0)
+    cfg = DecodeConfig("block", sampling, max_new_tokens=4)
+    for ssd, message in [
+        (SSDConfig(fan_out=(256, 0)), "fan_out (256, 0): F_0 = 256 exceeds V - 1 = 255"),
+        (SSDConfig(fan_out=(0, 257)), "fan_out (0, 257): F_1 = 257 exceeds V = 256"),
+        (
+            SSDConfig(fan_out=(1, 255), fan_out_miss=(256, 0)),
+            "fan_out_miss (256, 0): F_0 = 256 exceeds V - 1 = 255",
+        ),
+        (SSDConfig(fan_out=(1, 1), saguaro_top=257), "set ssd_saguaro_top in [0, 256]"),
+    ]:
+        with pytest.raises(ValueError, match="SSD") as info:
+            generate_ssd(model, [[1, 2, 3]], cfg, SSDDrafter(model, sampling, ssd))
+        assert message in str(info.value) and "\n" not in str(info.value), info.value

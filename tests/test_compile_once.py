@@ -4,14 +4,20 @@ reported apart (compile, time to first token, decode tokens/s)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from specjax.decode import EXACT, PROGRAMS, DecodeConfig, ShapeBuckets, compile_cache, generate
 from specjax.decode.buckets import parse_sizes, round_up
@@ -125,3 +131,100 @@ def test_a_repeated_cli_run_loads_its_programs_from_the_cache(tmp_path):
         if i == 0:
             assert any(cache.iterdir()), "the first run wrote no compiled program"
     assert compile_times[1] < 0.5 * compile_times[0], compile_times
+
+
+def test_an_unusable_auto_cache_warns_once_and_runs_without_it(tmp_path, monkeypatch, capsys):
+    """``auto`` whose directory cannot be made (here a file sits where the home cache would go,
+    as with an unwritable HOME) is one warning on stderr and no cache; an explicit directory
+    there stays an error (this used to fail the README's plain command)."""
+    from ml_collections import ConfigDict
+
+    from specjax.cli import validate
+    from specjax.cli.checks import ConfigError
+
+    blocker = tmp_path / "home"
+    blocker.write_text("")
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    monkeypatch.setenv("SPECJAX_CACHE", str(blocker / "specjax"))
+    before = jax.config.jax_compilation_cache_dir
+    assert compile_cache.configure("auto") is None
+    assert compile_cache.configure("auto") is None
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: compilation cache"), lines
+    assert "running without a compilation cache" in lines[0], lines
+    assert jax.config.jax_compilation_cache_dir == before
+    validate.compilation_cache(ConfigDict({"compilation_cache": "auto"}))
+    explicit = str(blocker / "xla")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        compile_cache.configure(explicit)
+    with pytest.raises(ConfigError, match=r"compilation_cache: .* is a file, not a directory"):
+        validate.compilation_cache(ConfigDict({"compilation_cache": explicit}))
+
+
+@pytest.fixture
+def jax_cache_settings():
+    """Restores JAX's cache directory and write threshold after a test that changes them."""
+    saved = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    yield
+    jax.config.update("jax_compilation_cache_dir", saved[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
+    reset_cache()  # JAX opens the directory again on the next compile
+
+
+def _compile(scale: float):
+    """Compiles (and runs) a fresh jitted function: a new function object misses JAX's
+    in-memory caches, so the persistent cache is asked; returns the cache hits it caused."""
+    hits = []
+    listener = lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None
+    jax.monitoring.register_event_listener(listener)
+    try:
+        jax.jit(lambda x: jnp.sin(x) * scale + jnp.cos(x))(np.arange(5, dtype=np.float32))
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    return len(hits)
+
+
+def _entries(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.glob("*-cache")}
+
+
+def test_a_corrupt_cache_entry_is_replaced(tmp_path, jax_cache_settings):
+    """JAX never overwrites an entry, so a garbled one made every later run warn and compile
+    again; now the run that finds it compiles once and replaces it."""
+    cache = compile_cache.enable(tmp_path / "xla", min_compile_seconds=0.0)
+    assert _compile(3.0) == 0
+    (name,) = _entries(cache)  # the one program compiled since the cache was enabled
+    (cache / name).write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match="Error reading persistent compilation cache"):
+        assert _compile(3.0) == 0
+    assert _entries(cache)[name] != b"garbage"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the entry loads
+        assert _compile(3.0) == 1
+
+
+def test_a_read_only_cache_is_read(tmp_path, monkeypatch, jax_cache_settings, capsys):
+    """A pre-warmed cache on a read-only file system (simulated: every write into it fails, as
+    with EROFS; root writes anywhere otherwise) is used for reading, not refused, and nothing
+    is written to it."""
+    cache = compile_cache.enable(tmp_path / "warm", min_compile_seconds=0.0)
+    _compile(5.0)
+    warm = _entries(cache)
+    real_write = Path.write_bytes
+
+    def write_bytes(path, data):
+        if Path(path).parent == cache:
+            raise PermissionError(errno.EROFS, "Read-only file system", str(path))
+        return real_write(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    assert compile_cache.enable(cache) == cache
+    assert "is read-only" in capsys.readouterr().err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither a failed read nor a failed write
+        assert _compile(5.0) == 1  # loaded from the read-only cache
+        assert _compile(7.0) == 0  # compiled, not written
+    assert _entries(cache) == warm

@@ -77,6 +77,18 @@ def test_greedy_speculative_equals_autoregressive(models, autoregressive, verifi
     assert ar.tokens[0][-1] == stop and len(ar.tokens[0]) < 30
 
 
+def test_a_drafter_with_a_nan_weight_at_temperature_0(models, autoregressive):
+    """A NaN in the draft's weights (its argmax then proposes token V - 1 everywhere) leaves
+    greedy output equal to autoregressive output (the program of the block case above)."""
+    target, draft = models
+    leaves, treedef = jax.tree.flatten(draft.state)
+    leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(jnp.nan)
+    broken = PureModel(draft.graphdef, jax.tree.unflatten(treedef, leaves))
+    cfg = DecodeConfig("block", GREEDY, max_new_tokens=30)
+    out = generate(target, PROMPTS, cfg, ModelDrafter(broken, GREEDY, 1, 3))
+    assert out.tokens == autoregressive
+
+
 def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     target, draft = models
     drafter = ModelDrafter(draft, GREEDY, 1, 3)

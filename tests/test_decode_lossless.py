@@ -103,6 +103,7 @@ class LyingDrafter(ModelDrafter):
         return draft._replace(probs=jnp.full_like(draft.probs, 1.0 / V)), state
 
 
+@pytest.mark.slow
 def test_the_test_detects_a_biased_sampler(pair):
     """Block verification fed draft_probs that are not the law the draft tokens came from is
     not the target law: the chi-square test must say so."""
@@ -112,3 +113,24 @@ def test_the_test_detects_a_biased_sampler(pair):
     lying = LyingDrafter(draft, params, 1, 2)
     out = generate(target, [PROMPT] * ROWS, cfg, lying, seed=1)
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
+
+
+def test_a_drafter_with_nan_weights_keeps_the_target_law(pair):
+    """A draft model with a NaN weight drafts NaN laws (its padded prompt slots hold the NaN
+    row's token, so every law is NaN). Every draft is cut at its first bad law: block and GBV
+    emit the target's law, report acceptance 0 (the cut drafts propose nothing) and count the
+    steps; they used to accept every garbage token (acceptance 1.0, output far from p)."""
+    target, _ = pair
+    module = sharpened(Llama(tiny_config(V, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
+    module.embed[...] = module.embed[...].at[0].set(jnp.nan)
+    draft = PureModel.of(module)
+    params = sampling.SamplingParams(1.0)
+    joint = exact_joint(target, params)
+    for verifier, k in (("block", 1), ("gbv", 2)):
+        cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
+        out = generate(target, [PROMPT] * 400, cfg, ModelDrafter(draft, params, k, 2), seed=5)
+        m = out.metrics
+        assert m.acceptance_rate == 0.0 and m.proposed_tokens == 0, verifier
+        assert m.invalid_drafts == m.steps > 0, verifier
+        assert "invalid drafts" in m.table()
+        assert chi_square_pvalue(out.tokens, joint) > 1e-3, verifier

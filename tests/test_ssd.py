@@ -271,6 +271,7 @@ def run_check(which: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_rounds_on_two_devices_give_the_oracle_tokens():
     """Target on device 0, draft on device 1, dispatched from the host: the fused oracle's
     tokens and counters, at temperature 1 (same keys)."""

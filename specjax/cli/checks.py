@@ -109,6 +109,30 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
             )
 
 
+def source_vocab(path: str) -> int | None:
+    """The vocabulary size of a model source, read without loading it: ``random:<seed>``, a
+    specjax checkpoint (its config) or a Hugging Face directory (its ``config.json``); None
+    where only a load would tell (GGUF files, ``smollm2``) or the source is not valid."""
+    import json
+
+    if path.startswith("random:"):
+        from specjax.models.random import RANDOM_VOCAB
+
+        return RANDOM_VOCAB
+    where = Path(path).expanduser()
+    try:
+        from specjax.models import checkpoint
+
+        if checkpoint.is_checkpoint(where):
+            return checkpoint.read_config(where).vocab_size
+        if (where / "config.json").is_file():
+            vocab = json.loads((where / "config.json").read_text()).get("vocab_size")
+            return vocab if isinstance(vocab, int) and vocab > 0 else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def seed(cfg, headroom: int = 0) -> int:
     """``cfg.seed``, fitting the PRNG's int32 with ``headroom`` to spare (seed + i for batch i)."""
     from specjax.decode.inputs import check_seed  # the library's own check
@@ -130,10 +154,16 @@ def _existing_parent(path: Path, key: str) -> Path:
     return parent
 
 
+PROBE_BYTES = 64 * 1024
+"""What the write probe writes and syncs: an empty file fits even on a full disk."""
+
+
 def _probe(directory: Path, path: Path, key: str) -> None:
     try:  # a real probe: access() says yes to root even on read-only file systems
-        with tempfile.TemporaryFile(dir=directory):
-            pass
+        with tempfile.TemporaryFile(dir=directory) as f:
+            f.write(b"\0" * PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as err:
         raise ConfigError(
             f"{key} {path}: {directory} is not writable ({err.strerror}); choose another path"
@@ -147,3 +177,18 @@ def _range(low, high, open_low: bool) -> str:
     if low is None:
         return f"<= {high}"
     return f"in {'(' if open_low else '['}{low}, {high}]"
+
+
+def distinct_paths(cfg, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """No output file is an input file or another output file (it would be overwritten)."""
+    seen: dict[Path, str] = {}
+    for key in (*inputs, *outputs):
+        if not cfg[key]:
+            continue
+        path = Path(cfg[key]).expanduser().resolve()
+        if path in seen and key in outputs:
+            raise ConfigError(
+                f"{key} {cfg[key]} is also {seen[path]}: it would overwrite it; give {key} a "
+                "path of its own"
+            )
+        seen.setdefault(path, key)

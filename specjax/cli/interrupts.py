@@ -13,12 +13,21 @@ import sys
 import threading
 
 INTERRUPTED = "\ninterrupted: no output file was written\n"
+FINISHED = "\ninterrupted after the run finished: every output is complete\n"
 
 
 def exit_now(signum, frame) -> None:
     """SIGINT/SIGTERM before the run starts: nothing is open yet, leave at once."""
     del frame
     os.write(2, INTERRUPTED.encode())
+    os._exit(128 + signum)
+
+
+def exit_finished(signum, frame) -> None:
+    """SIGINT/SIGTERM once every output is written (e.g. during JAX's teardown, which used to
+    end with exit 130 and no word): leave at once, saying the outputs are complete."""
+    del frame
+    os.write(2, FINISHED.encode())
     os._exit(128 + signum)
 
 
@@ -44,10 +53,22 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+RECEIVED: list[int] = []
+"""Signals the run's handler has taken (see :func:`received`)."""
+
+
 def raise_interrupted(signum, frame):
     """The run's signal handler: raise :class:`Interrupted` in the main thread."""
     del frame
+    RECEIVED.append(signum)
     raise Interrupted(signum)
+
+
+def received() -> int | None:
+    """The first SIGINT/SIGTERM this run took, if any: an error that follows one (a library
+    whose threads turned the interrupt into an error of its own, e.g. a checkpoint restore
+    reporting a "corrupt" file) is reported as the interrupt it is."""
+    return RECEIVED[0] if RECEIVED else None
 
 
 def resend_swallowed(hook) -> None:
@@ -58,6 +79,12 @@ def resend_swallowed(hook) -> None:
         threading.Timer(0.05, os.kill, (os.getpid(), hook.exc_value.signum)).start()
         return
     sys.__unraisablehook__(hook)
+
+
+def outputs_complete() -> None:
+    """From here on SIGINT and SIGTERM leave with :data:`FINISHED` (see :func:`exit_finished`)."""
+    signal.signal(signal.SIGINT, exit_finished)
+    signal.signal(signal.SIGTERM, exit_finished)
 
 
 def handle_signals() -> None:

@@ -4,15 +4,23 @@
 ``coordinator_address="auto"``, from the cluster environment (SLURM, TPU pods, ...); on CPU it
 selects the gloo collectives. Every process then sees the global device list and builds the same
 global mesh; only process 0 prints and writes files (:func:`is_main_process`).
+
+A multi-process run also watches its peers (:class:`specjax.cli.peers.Peers`): signals stop
+every process, and a process that dies ends the others with one line naming it.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import threading
 
 import jax
+import numpy as np
+
+from specjax.cli.peers import Peers
 
 
 def initialize(
@@ -47,8 +55,16 @@ def initialize(
         return
     if jax.config.jax_platforms in (None, "", "cpu") or num_cpu_devices > 0:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's preemption notifier would take SIGTERM (the run would go on); Peers stops the run.
+    jax.config.update("jax_enable_preemption_service", False)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    if faulthandler.is_enabled():  # (absl's app enables it) a crash shows the crashing thread,
+        faulthandler.enable(all_threads=False)  # not also the idle threads of Peers
+    peers = Peers(process_id, num_processes, coordinator_address)
+    peers.listen()  # an interrupt while waiting for the others leaves within GRACE seconds
     if coordinator_address == "auto":
         jax.distributed.initialize()
+        peers.start(handlers)
         return
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id {process_id} is not in 0 .. {num_processes - 1}")
@@ -79,6 +95,7 @@ def initialize(
         )
     finally:
         watchdog.cancel()
+    peers.start(handlers)
 
 
 def check_address(address: str) -> None:
@@ -100,3 +117,14 @@ def _give_up(message: str) -> None:
 def is_main_process() -> bool:
     """Only process 0 prints and writes files."""
     return jax.process_index() == 0
+
+
+def agree(values: np.ndarray) -> np.ndarray:
+    """Process 0's ``values`` in every process (itself when there is one process): what only
+    process 0 read, e.g. the ids a resumed run skips, decided alike everywhere."""
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    sent = multihost_utils.broadcast_one_to_all(np.asarray(values).astype(np.int32))
+    return np.asarray(sent).astype(np.asarray(values).dtype)

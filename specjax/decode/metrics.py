@@ -1,4 +1,5 @@
-"""Decoding metrics, one definition used by the CLI, the benchmarks and the tests (DESIGN.md).
+"""Decoding metrics, one definition used by the CLI, the benchmarks and the tests
+(docs/architecture.md, "Metrics: one definition").
 
 * block efficiency = tokens emitted per target forward = mean(tau) + 1;
 * acceptance rate = accepted draft tokens / draft tokens proposed on the followed path;
@@ -9,6 +10,9 @@
   the same run;
 * steps per width: decode steps taken at each draft width when the width is chosen per step
   (``DecodeConfig.widths``);
+* invalid drafts: steps whose draft was cut at a law that was not a probability vector (a NaN,
+  an infinity or a negative entry: a broken drafter; the output stays the target's law, the
+  table shows the row only when it is not 0);
 * time to first token (prefill plus the first step), decode tokens/s (the tokens after the first
   step over the time after it) and compile time (0 when every program was compiled before),
   each reported on its own.
@@ -73,6 +77,7 @@ class Metrics:
     position_accepted: list[int] = dataclasses.field(default_factory=list)
     position_proposed: list[int] = dataclasses.field(default_factory=list)
     width_steps: dict[int, int] = dataclasses.field(default_factory=dict)
+    invalid_drafts: int = 0
 
     @classmethod
     def from_counts(
@@ -132,6 +137,7 @@ class Metrics:
             generated,
             timing,
         )
+        metrics = dataclasses.replace(metrics, invalid_drafts=int(np.sum(s.invalid_drafts)))
         control = state.control
         if control is None:
             return metrics
@@ -165,6 +171,7 @@ class Metrics:
         return dataclasses.replace(
             combined,
             width_steps=width_steps,
+            invalid_drafts=total("invalid_drafts"),
             time_to_first_token=float(np.mean([m.time_to_first_token for m in parts])),
             decode_seconds=decode_seconds,
             decode_tokens=decode_tokens,
@@ -186,6 +193,17 @@ class Metrics:
             *(
                 [("steps per width", "  ".join(f"{w}: {n}" for w, n in self.width_steps.items()))]
                 if self.width_steps
+                else []
+            ),
+            *(
+                [
+                    (
+                        "invalid drafts",
+                        f"{self.invalid_drafts} steps cut a draft at a law that was "
+                        "not a probability vector (NaN, inf or < 0)",
+                    )
+                ]
+                if self.invalid_drafts
                 else []
             ),
             ("generated tokens", str(self.generated_tokens)),

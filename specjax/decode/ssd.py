@@ -31,7 +31,7 @@ from specjax.decode.inputs import check_seed, prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import ProgramCache, signature
-from specjax.decode.state import DecodeState
+from specjax.decode.state import DecodeState, check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.speculation import FROM_CACHE, Outcome, SSDStats
 from specjax.drafters.ssd import SSDDrafter
@@ -220,6 +220,7 @@ def generate_ssd(
             f"SSD serves one chain per row: use verifier greedy, token or block, not "
             f"{config.verifier!r}"
         )
+    drafter.ssd.check_vocab(drafter.vocab_size)  # before any program is compiled
     target = as_pure(target)
     batch = prepare(target, drafter, prompts, config, buckets)
     check_seed(seed)
@@ -241,6 +242,7 @@ def generate_ssd(
     counters = jax.device_get(state.replace(target_cache=None, draft_state=None))
     stats = jax.device_get(stats)
     seconds = time.perf_counter() - start
+    check_target(counters.stats, range(batch.rows))
     metrics = Metrics.from_state(counters, Timing(seconds, compile_seconds))
     rows = batch.rows
     return Generation(outputs(counters, rows), metrics, ssd=ssd_counts(stats, rows))

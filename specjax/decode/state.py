@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.models.cache import KVCache
 from specjax.typing import Array, PRNGKey
@@ -66,6 +67,12 @@ class StepStats:
       position_accepted: int32 ``[B, L]`` steps whose draft position i was accepted.
       position_proposed: int32 ``[B, L]`` steps whose draft position i was proposed.
       last_accepted: int32 ``[B]`` tau of the latest step (-1 for inactive rows).
+      invalid_drafts: int32 ``[B]`` steps whose draft was cut at a law that was not a
+        probability vector (a NaN, an infinity or a negative entry: a broken drafter; see
+        :func:`specjax.verify.common.sanitize_draft`).
+      target_faults: int32 ``[B]`` steps whose target logits were not all finite (a NaN or an
+        infinity: broken target weights or an overflow); the row is ended there and
+        :func:`check_target` turns it into one error.
     """
 
     steps: Array
@@ -75,6 +82,8 @@ class StepStats:
     position_accepted: Array
     position_proposed: Array
     last_accepted: Array
+    invalid_drafts: Array
+    target_faults: Array
 
     @classmethod
     def zeros(cls, batch: int, draft_len: int) -> StepStats:
@@ -88,15 +97,27 @@ class StepStats:
             position_accepted=jnp.zeros((batch, draft_len), jnp.int32),
             position_proposed=jnp.zeros((batch, draft_len), jnp.int32),
             last_accepted=zeros - 1,
+            invalid_drafts=zeros,
+            target_faults=zeros,
         )
 
-    def record(self, active: Array, tau: Array, followed: Array) -> StepStats:
+    def record(
+        self,
+        active: Array,
+        tau: Array,
+        followed: Array,
+        invalid: Array | None = None,
+        fault: Array | None = None,
+    ) -> StepStats:
         """The counters after one step (every kind of step calls this, and only this).
 
         Args:
           active: bool ``[B]`` rows the step advanced (the others keep their counters).
           tau: int ``[B]`` accepted draft tokens (0 for an autoregressive step).
           followed: int ``[B]`` draft tokens proposed on the followed path (0 likewise).
+          invalid: bool ``[B]`` rows whose draft was cut at a law that was not a probability
+            vector (None: none).
+          fault: bool ``[B]`` rows whose target logits were not finite (None: none).
         """
         l_len = self.position_accepted.shape[1]
         on = active[:, None]
@@ -109,4 +130,30 @@ class StepStats:
             position_accepted=self.position_accepted + (on & (pos < tau[:, None])),
             position_proposed=self.position_proposed + (on & (pos < followed[:, None])),
             last_accepted=jnp.where(active, tau, -1),
+            invalid_drafts=self.invalid_drafts
+            + (0 if invalid is None else (active & invalid).astype(jnp.int32)),
+            target_faults=self.target_faults
+            + (0 if fault is None else (active & fault).astype(jnp.int32)),
         )
+
+
+class NonFiniteTarget(RuntimeError):
+    """The target's logits held a NaN or an infinity: its output would be garbage."""
+
+
+def check_target(stats: StepStats, rows=None) -> None:
+    """Raises :class:`NonFiniteTarget` (one line naming the row and its step) if any row's
+    target logits were not finite; ``stats`` is a host copy, ``rows`` the rows to look at
+    (default all)."""
+    faults = np.asarray(stats.target_faults)
+    steps = np.asarray(stats.steps)
+    if rows is not None:
+        faults, steps = faults[np.asarray(rows)], steps[np.asarray(rows)]
+    if not np.any(faults):
+        return
+    b = int(np.argmax(faults > 0))
+    raise NonFiniteTarget(
+        f"the target model's logits were not finite (NaN or inf) for row {b} at its step "
+        f"{int(steps[b])}: its weights are broken (or its dtype overflowed); the run stopped "
+        "there. Load the checkpoint again or convert it anew (float32 if bfloat16 overflows)"
+    )

@@ -23,6 +23,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.state import check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.models.pure import PureModel
 
@@ -145,5 +146,6 @@ def generate_on_submeshes(
     state = run(None)
     seconds = time.perf_counter() - start
     state = jax.device_get(state.replace(target_cache=None))
+    check_target(state.stats, range(batch.rows))
     metrics = Metrics.from_state(state, Timing(seconds, compile_seconds))
     return Generation(outputs(state, batch.rows), metrics)

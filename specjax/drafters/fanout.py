@@ -64,6 +64,28 @@ def geometric_fan_out(
     return tuple(int(f) for f in fan)
 
 
+def bonus_candidates(k: int, draft_len: int, vocab_size: int) -> int:
+    """How many tokens can be the bonus after k accepted tokens: V - 1 for k < L (the drafted
+    token x_{k+1} was rejected, so it has no residual mass), V after all L."""
+    return vocab_size if k == draft_len else vocab_size - 1
+
+
+def fan_out_excess(fan_out: tuple[int, ...], vocab_size: int) -> str | None:
+    """What is wrong with ``fan_out`` for a draft of ``vocab_size`` tokens (its first entry
+    above :func:`bonus_candidates`), or None."""
+    draft_len = len(fan_out) - 1
+    for k, f in enumerate(fan_out):
+        most = bonus_candidates(k, draft_len, vocab_size)
+        if f > most:
+            what = "V - 1" if k < draft_len else "V"
+            why = "the vocabulary less the rejected drafted token" if k < draft_len else "any token"
+            return (
+                f"F_{k} = {f} exceeds {what} = {most}, the bonus candidates after {k} accepted "
+                f"tokens ({why})"
+            )
+    return None
+
+
 def branch_layout(fan_out: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Static ``(k_of [C], rank [C])``: branch c guesses the ``rank[c]``-th candidate for
     ``k_of[c]`` accepted tokens (k-major order)."""
@@ -74,15 +96,18 @@ def branch_layout(fan_out: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return k_of, rank
 
 
-def parse_fan_out(text: str, draft_len: int, budget: int, alpha: float) -> tuple[int, ...]:
+def parse_fan_out(
+    text: str, draft_len: int, budget: int, alpha: float, cap: int | None = None
+) -> tuple[int, ...]:
     """A fan-out from a config string.
 
-    ``"geometric"`` (``budget`` branches, :func:`geometric_fan_out` with ``alpha``),
-    ``"uniform"`` (``budget`` must be a multiple of L + 1), or L + 1 comma-separated ints.
+    ``"geometric"`` (``budget`` branches, :func:`geometric_fan_out` with ``alpha``, each term
+    at most ``cap``, e.g. V - 1), ``"uniform"`` (``budget`` must be a multiple of L + 1), or
+    L + 1 comma-separated ints.
     """
     text = text.strip()
     if text == "geometric":
-        return geometric_fan_out(budget, draft_len, alpha)
+        return geometric_fan_out(budget, draft_len, alpha, cap=cap)
     if text == "uniform":
         if budget % (draft_len + 1):
             raise ValueError(

@@ -8,7 +8,7 @@ import dataclasses
 import jax
 
 from specjax.drafters.base import Draft
-from specjax.drafters.fanout import branch_layout
+from specjax.drafters.fanout import branch_layout, fan_out_excess
 from specjax.models.cache import KVCache
 from specjax.typing import Array, PRNGKey
 
@@ -75,6 +75,24 @@ class SSDConfig:
     def top(self) -> int:
         """How many top tokens Saguaro scales."""
         return self.saguaro_top or self.max_fan_out
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raises one ValueError, naming the knob (and its CLI key) and the fix, when the knobs
+        cannot work with a draft of ``vocab_size`` (V) tokens: a fan-out entry above the bonus
+        candidates there are (:func:`~specjax.drafters.fanout.bonus_candidates`) or
+        ``saguaro_top`` above V. Checked before any program is compiled (JAX's own error, from
+        inside ``top_k``, names neither)."""
+        for name, fans in (("fan_out", self.fan_out), ("fan_out_miss", self.miss_fan_out)):
+            problem = fan_out_excess(fans, vocab_size)
+            if problem:
+                raise ValueError(
+                    f"SSD {name} {fans}: {problem}; lower ssd_{name} entries (or ssd_budget)"
+                )
+        if self.saguaro_top > vocab_size:
+            raise ValueError(
+                f"SSD saguaro_top = {self.saguaro_top} exceeds the draft's vocabulary "
+                f"V = {vocab_size}; set ssd_saguaro_top in [0, {vocab_size}]"
+            )
 
 
 @jax.tree_util.register_dataclass

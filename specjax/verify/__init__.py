@@ -3,7 +3,9 @@
 Pure functions over padded arrays (see :mod:`specjax.typing` for the dimension letters). Chain
 verifiers take ``(key, draft_tokens [B, L], draft_probs [B, L, V], target_probs [B, L+1, V])``,
 multi-path verifiers ``(key, draft_tokens [B, K, L], draft_probs [B, K, L, V], target_probs
-[B, K, L+1, V])``; all accept ``num_draft=`` and return a :class:`VerifyResult`.
+[B, K, L+1, V])``; all accept ``num_draft=`` and return a :class:`VerifyResult`. A draft law
+with a NaN, an infinity or a negative entry ends its path there, in every verifier
+(:func:`~specjax.verify.common.sanitize_draft`): the output stays the target's law.
 
 This package imports only jax and numpy: never flax, models or the decoding loop.
 """

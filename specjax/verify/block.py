@@ -1,4 +1,6 @@
-"""Block verification (Sun et al., arXiv 2403.10444; ALGORITHMS.md §3), scan-free and in log space.
+"""Block verification (Sun et al., arXiv 2403.10444), scan-free and in log space.
+
+The rule and why it is exact: docs/algorithms.md, "Block verification".
 
 The weights ``w_i = min(w_{i-1} p_i(x_i)/q_i(x_i), 1)`` are computed in closed form as
 ``log w_i = S_i - max_{j<=i} S_j`` with ``S`` the cumulative sum of ``log p - log q`` (cumsum plus
@@ -19,6 +21,7 @@ from specjax.verify.common import (
     check_chain_inputs,
     compute_dtype,
     correction_uniforms,
+    sanitize_draft,
     split_key,
     take_token_prob,
     valid_lengths,
@@ -123,6 +126,7 @@ def block_verify(
       accepts fewer tokens than :func:`token_verify` in expectation; equal to it for L = 1.
     """
     b, l, _ = check_chain_inputs("block_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     eta, u_y = block_uniforms(key, b, l, dtype)

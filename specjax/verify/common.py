@@ -129,6 +129,67 @@ def _check_integer(name: str, draft_tokens: Array):
         )
 
 
+def invalid_laws(draft_probs: Array) -> Array:
+    """Which draft laws are not probability vectors: a NaN, an infinity or a negative entry.
+
+    Args:
+      draft_probs: ``[..., L, V]``.
+
+    Returns:
+      bool ``[..., L]``.
+    """
+    # One fused comparison: NaN fails both tests, -inf the first, +inf the second.
+    return ~jnp.all((draft_probs >= 0) & (draft_probs < jnp.inf), axis=-1)
+
+
+def sanitize_draft(draft_probs: Array, num_draft: Array | None) -> tuple[Array, Array]:
+    """Ends every draft path at its first law that is not a probability vector.
+
+    A draft law (a row ``draft_probs[..., i, :]``) with a NaN, an infinity or a negative entry
+    says nothing about how token i was drawn: a broken drafter (NaN weights, an overflowing
+    logit) produces such laws, and every verifier would then accept garbage (a NaN ratio
+    compares false, so block verification reads it as q = 0 and accepts the token with
+    certainty). Each verifier calls this first, so the path is cut at its first such position,
+    exactly as if the drafter had proposed fewer tokens (``num_draft`` shortened), and the bad
+    rows are replaced by zeros so that no NaN reaches the arithmetic on the positions past the
+    cut (masked arithmetic does not stop it: NaN * 0 = NaN).
+
+    Why the output stays exactly the target's law: the cut position depends only on the
+    draft's own laws, and the law at position i is a function of the path's tokens before i
+    (paths sharing a prefix carry identical rows, so a bad row cuts every path through that
+    tree node). The cut draft is therefore what a drafter proposes that stops at a node whose
+    next law it cannot state: its length is a stopping time of its own tokens, never a function
+    of the target. Every verifier is exact for such drafts. Token verification, SpecInfer and
+    SpecTr decide node by node, and at each node the emitted token's law given that the walk
+    reached it is the target's whatever the number of candidates there (none at a cut node:
+    the token is drawn from the target row). Block verification cut at N (``h_N = w_N``)
+    emits the same law as block verification of the draft continued past N with the target's
+    own laws (there p / q = 1, so w stays w_N, Z = 0 and only the last position can stop),
+    which is a legitimate draft and hence exact; GBV is block verification of the selected
+    path under its skewed law, and the subtree masses its skew is computed from do not depend
+    on where other paths end, so the selected path is again a draft whose length is a
+    stopping time of its own tokens. (Tests: ``tests/test_verify_invalid_laws.py``: a draft
+    with a bad law gives bit for bit the results of the draft cut there, for every verifier
+    and key.)
+
+    Args:
+      draft_probs: ``[B, L, V]`` or ``[B, K, L, V]``.
+      num_draft: optional int ``[B]`` or ``[B, K]``.
+
+    Returns:
+      ``(draft_probs, num_draft)``: the laws with the bad rows zeroed (same shape and dtype)
+      and int32 ``draft_probs.shape[:-2]``, ``num_draft`` clipped to [0, L] and cut at the
+      first bad law.
+    """
+    length = draft_probs.shape[-2]
+    bad = invalid_laws(draft_probs)  # [..., L]
+    first_bad = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1), length)
+    n = length if num_draft is None else jnp.clip(jnp.asarray(num_draft, jnp.int32), 0, length)
+    n = jnp.minimum(n, first_bad).astype(jnp.int32)
+    clean = jnp.where(bad[..., None], jnp.zeros((), draft_probs.dtype), draft_probs)
+    return clean, n
+
+
 def valid_lengths(num_draft: Array | None, draft_tokens: Array, vocab_size: int) -> Array:
     """Valid draft length per row (or per row and path): ``num_draft`` clipped to [0, L] and cut
     at the first padding token (-1), since a draft ends where its padding starts. A token id

@@ -1,4 +1,4 @@
-"""Greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961; ALGORITHMS.md §6).
+"""Greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961; docs/algorithms.md, GBV).
 
 GBV selects the lexicographic maximum of the K i.i.d. draft paths under one total order of the
 tokens at every node (key kappa = p/q unclipped, ties to the larger token index), replaces the
@@ -28,6 +28,7 @@ from specjax.verify.common import (
     compute_dtype,
     gather_tokens,
     normalize,
+    sanitize_draft,
     take_row,
     valid_lengths,
 )
@@ -232,6 +233,7 @@ def gbv_verify(
     b, _, l, _ = check_multipath_inputs(
         "gbv_verify", draft_tokens, draft_probs, target_probs, num_draft
     )
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     eta, u_y = block_uniforms(key, b, l, dtype)

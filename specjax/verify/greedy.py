@@ -1,4 +1,4 @@
-"""Greedy (temperature-0) chain verification (ALGORITHMS.md §2)."""
+"""Greedy (temperature-0) chain verification (docs/algorithms.md, "Greedy verification")."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from specjax.verify.common import (
     VerifyResult,
     argmax_first,
     check_chain_inputs,
+    sanitize_draft,
     valid_lengths,
 )
 
@@ -26,7 +27,8 @@ def greedy_verify(
     Args:
       key: unused (the rule is deterministic); accepted for a uniform verifier signature.
       draft_tokens: int ``[B, L]`` drafted tokens (-1 = padding, never accepted).
-      draft_probs: ``[B, L, V]`` draft distributions (only their shape is used).
+      draft_probs: ``[B, L, V]`` draft distributions (read only to end the draft at a law
+        that is not a probability vector, as every verifier does).
       target_probs: ``[B, L+1, V]`` target distributions; row L is the bonus distribution.
       num_draft: optional int ``[B]`` valid draft tokens per row.
 
@@ -39,6 +41,7 @@ def greedy_verify(
     b, l, _ = check_chain_inputs(
         "greedy_verify", draft_tokens, draft_probs, target_probs, num_draft
     )
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
     argmax = argmax_first(target_probs)  # [B, L+1]
     match = (draft_tokens == argmax[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]

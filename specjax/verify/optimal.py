@@ -1,4 +1,5 @@
-"""Optimal multi-draft acceptance rate (Hu et al., arXiv 2502.18779): the oracle of §5.
+"""Optimal multi-draft acceptance rate (Hu et al., arXiv 2502.18779): the oracle of
+docs/algorithms.md, "Optimal multi-draft acceptance".
 
 For a target ``p``, a draft ``q`` and ``n`` draft tokens drawn from ``q`` (i.i.d. with replacement,
 or sequentially without replacement), the best acceptance probability any lossless single-step
@@ -202,7 +203,7 @@ def optimal_acceptance(
 
     The largest P(Y in drafts) over all couplings of the draft tuple with Y ~ p, i.e. the
     acceptance rate of the best possible lossless verifier for the given draft sampling, from
-    the dual (ALGORITHMS.md §5)
+    the dual (docs/algorithms.md, "Optimal multi-draft acceptance")
 
         alpha* = 1 + min_j [ p(H_j) - Q(all n drafts in H_j) ],
 

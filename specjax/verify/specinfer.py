@@ -1,4 +1,4 @@
-"""SpecInfer's recursive rejection sampling over a multi-path draft (ALGORITHMS.md §4.2, §4.3)."""
+"""SpecInfer's recursive rejection sampling over a multi-path draft (docs/algorithms.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from specjax.verify.common import (
     VerifyResult,
     check_multipath_inputs,
     compute_dtype,
+    sanitize_draft,
     take_token_prob,
     valid_lengths,
 )
@@ -130,6 +131,7 @@ def specinfer_verify(
       K = 1 gives exactly :func:`token_verify`.
     """
     check_multipath_inputs("specinfer_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(

@@ -1,4 +1,4 @@
-"""SpecTr's k-sequential selection (k-SEQ) over a multi-path draft (ALGORITHMS.md §4.4)."""
+"""SpecTr's k-sequential selection (k-SEQ) over a multi-path draft (docs/algorithms.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from specjax.verify.common import (
     check_multipath_inputs,
     compute_dtype,
     gather_tokens,
+    sanitize_draft,
     valid_lengths,
 )
 from specjax.verify.tree_walk import first_true, tree_walk
@@ -141,6 +142,7 @@ def spectr_verify(
       VerifyResult, each int32 ``[B]``. K = 1 gives exactly :func:`token_verify`.
     """
     check_multipath_inputs("spectr_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(

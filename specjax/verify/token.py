@@ -1,4 +1,4 @@
-"""Standard token-level speculative sampling (Leviathan et al.; ALGORITHMS.md §1)."""
+"""Standard token-level speculative sampling (Leviathan et al.; docs/algorithms.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from specjax.verify.common import (
     compute_dtype,
     correction_uniforms,
     sample_with,
+    sanitize_draft,
     split_key,
     take_row,
     take_token_prob,
@@ -75,6 +76,7 @@ def token_verify(
       VerifyResult (``num_accepted``, ``next_token``, ``path`` = 0), each int32 ``[B]``.
     """
     b, l, _ = check_chain_inputs("token_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     draft_probs = draft_probs.astype(dtype)
     target_probs = target_probs.astype(dtype)

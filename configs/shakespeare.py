@@ -51,8 +51,13 @@ def get_config() -> ml_collections.ConfigDict:
     # Prompts.
     c.prompt = "ROMEO:\n"
     c.prompts_file = ""  # one prompt per line ("\n" escapes allowed); overrides prompt
-    c.batch_size = 1  # rows decoded together; prompts are cycled to fill a batch
+    c.batch_size = 1  # rows (slots) decoded together; finished rows are refilled
     c.chat = False  # wrap prompts in the tokenizer's chat template
+    # Batch jobs (README "Batch jobs"): continuous batching, results streamed as prompts finish.
+    c.input = ""  # JSONL ({"id": ..., "prompt": ... | "messages": [...]}) or one prompt per line
+    c.results = ""  # JSONL, one record per prompt, appended as each finishes (process 0)
+    c.resume = False  # skip the ids already in results (a torn last line is cut off)
+    c.progress = "auto"  # auto (on a terminal) | on | off: progress on stderr
     # Output.
     c.stream = False  # print row 0's text as it is accepted
     c.compare_autoregressive = False  # also decode autoregressively: speedup, greedy check

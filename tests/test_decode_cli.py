@@ -36,7 +36,8 @@ def load_config(name: str) -> ml_collections.ConfigDict:
 
 
 def test_tiny_random_greedy_matches_autoregressive_and_writes_metrics(tmp_path):
-    metrics = tmp_path / "m.json"
+    metrics, prompts = tmp_path / "m.json", tmp_path / "prompts.txt"
+    prompts.write_text("Hello\nA longer second prompt\n")  # two rows: a batch job
     out = cli(
         "--config",
         "configs/tiny_random.py",
@@ -45,6 +46,7 @@ def test_tiny_random_greedy_matches_autoregressive_and_writes_metrics(tmp_path):
         "--config.verifier=gbv",
         "--config.num_paths=2",
         "--config.batch_size=2",
+        f"--config.prompts_file={prompts}",
         f"--config.metrics_json={metrics}",
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -208,3 +210,67 @@ def test_a_peer_that_never_starts_is_one_error_within_the_timeout():
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "coordinator (process 0)" in lines[0], out.stderr
     assert time.monotonic() - start < 60
+
+
+def test_an_error_after_an_interrupt_is_reported_as_the_interrupt(monkeypatch, capsys):
+    """Ctrl-C inside a library's threads can come back as an error of its own (orbax restoring
+    a checkpoint said "corrupt ... save it again" in 2 of 83 runs): after a signal, any error is
+    the interrupt (exit 130, one line), never advice to delete a good checkpoint."""
+    from specjax.cli import interrupts
+
+    def restore_hit_by_ctrl_c(cfg):
+        interrupts.RECEIVED.append(signal.SIGINT)  # the handler ran in the main thread...
+        raise ValueError("ck: the params could not be restored; the checkpoint is corrupt")
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [])
+    monkeypatch.setattr(interrupts, "handle_signals", lambda: None)
+    monkeypatch.setattr(runner, "run_checked", restore_hit_by_ctrl_c)
+    monkeypatch.setattr(runner.os, "_exit", exit_now)
+    monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(load_config("tiny_random"))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 130
+    assert err.strip() == "interrupted: no output file was written" and "corrupt" not in err
+
+
+def test_an_interrupt_a_library_swallowed_is_still_reported(monkeypatch, capsys):
+    """One Ctrl-C in 83 was lost: the run finished with exit 0. Now the finished run still exits
+    130 with one line, which says every output is complete."""
+    from specjax.cli import interrupts
+
+    def run_that_swallows_ctrl_c(cfg):
+        interrupts.RECEIVED.append(signal.SIGINT)  # taken, then caught inside a library
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [])
+    monkeypatch.setattr(interrupts, "handle_signals", lambda: None)
+    monkeypatch.setattr(runner, "run_checked", run_that_swallows_ctrl_c)
+    monkeypatch.setattr(runner.os, "_exit", exit_now)
+    monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(load_config("tiny_random"))
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted after the run finished: every output is complete"
+
+
+def test_a_signal_after_the_outputs_is_one_line_not_a_silent_exit():
+    """A signal during the teardown after a finished run used to end with exit 130 and no word."""
+    code = (
+        "import os, signal, time\n"
+        "from specjax.cli import interrupts\n"
+        "interrupts.outputs_complete()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 143
+    assert out.stderr.strip() == "interrupted after the run finished: every output is complete"

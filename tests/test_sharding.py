@@ -102,6 +102,14 @@ def cli(*args, env=None, timeout=600):
 COMMON = ("--config.temperature=0", "--config.batch_size=4", "--config.max_new_tokens=12")
 
 
+def job_file(tmp_path) -> str:
+    """Six prompts of different lengths for a batch job through 4 slots (rows are refilled)."""
+    path = tmp_path / "prompts.jsonl"
+    texts = ["Hello", "To be", "A much longer prompt than the others", "x", "ROMEO:", "Why?"]
+    path.write_text("".join(json.dumps({"id": i, "prompt": t}) + "\n" for i, t in enumerate(texts)))
+    return f"--config.input={path}"
+
+
 @pytest.mark.slow
 def test_cli_mesh_matches_single_device(tmp_path):
     single, sharded = tmp_path / "single.json", tmp_path / "sharded.json"
@@ -125,9 +133,31 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+def test_cli_batch_job_on_a_mesh_matches_single_device(tmp_path):
+    """Continuous batching on a 2 x 4 mesh: the same records as on one device, at T = 0 and
+    at T = 1 (a prompt's draws depend only on the seed and its id)."""
+    for temperature in ("0", "1"):
+        common = (*COMMON, job_file(tmp_path), f"--config.temperature={temperature}")
+        single, sharded = tmp_path / f"single{temperature}", tmp_path / f"sharded{temperature}"
+        out = cli(*common, f"--config.results={single}")
+        assert out.returncode == 0, out.stderr[-2000:]
+        out = cli(
+            *common,
+            "--config.mesh_shape=2,4",
+            "--config.num_cpu_devices=8",
+            f"--config.results={sharded}",
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        records = lambda p: {r["id"]: r["token_ids"] for r in map(json.loads, p.open())}
+        assert records(sharded) == records(single) and len(records(single)) == 6
+
+
+@pytest.mark.slow
 def test_two_processes_over_a_global_mesh_match_one_process(tmp_path):
+    """Every process runs the same batch job (the same refills); process 0 alone writes."""
+    common = (*COMMON, job_file(tmp_path))
     single = tmp_path / "single.json"
-    out = cli(*COMMON, f"--config.metrics_json={single}")
+    out = cli(*common, f"--config.metrics_json={single}")
     assert out.returncode == 0, out.stderr[-2000:]
     port = _free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -140,13 +170,14 @@ def test_two_processes_over_a_global_mesh_match_one_process(tmp_path):
                 "specjax.decode",
                 "--config",
                 "configs/tiny_random.py",
-                *COMMON,
+                *common,
                 "--config.mesh_shape=2,4",
                 "--config.num_cpu_devices=4",
                 f"--config.coordinator_address=127.0.0.1:{port}",
                 "--config.num_processes=2",
                 f"--config.process_id={i}",
                 f"--config.metrics_json={tmp_path / f'p{i}.json'}",
+                f"--config.results={tmp_path / f'r{i}.jsonl'}",
             ],
             cwd=ROOT,
             env=env,
@@ -165,8 +196,10 @@ def test_two_processes_over_a_global_mesh_match_one_process(tmp_path):
     for p, (_, stderr) in zip(procs, results, strict=True):
         assert p.returncode == 0, stderr[-3000:]
     # Only process 0 prints (gloo's own connection lines aside).
-    assert "block efficiency" in results[0][0] and "--- row" in results[0][0]
-    assert "block efficiency" not in results[1][0] and "--- row" not in results[1][0]
+    assert "block efficiency" in results[0][0] and "batch job: 6 prompts" in results[0][0]
+    assert "block efficiency" not in results[1][0] and "batch job" not in results[1][0]
     assert not (tmp_path / "p1.json").exists()  # only process 0 writes
+    assert not (tmp_path / "r1.jsonl").exists()
+    assert len((tmp_path / "r0.jsonl").read_text().splitlines()) == 6
     got = json.loads((tmp_path / "p0.json").read_text())["tokens"]
     assert got == json.loads(single.read_text())["tokens"]

@@ -10,17 +10,16 @@ half-written file). :func:`main` is the whole command: signals, checks, process 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
-import numpy as np
-
 from specjax import sharding
-from specjax.cli import interrupts, processes, validate
+from specjax.cli import batch_job, interrupts, peers, processes, validate
 from specjax.cli.app import ERRORS, error_line
+from specjax.cli.job_files import autoregressive_config, write_outputs
 from specjax.decode import compile_cache, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream, generate
@@ -29,7 +28,6 @@ from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates, ssd_table
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.drafters.ssd import SSDDrafter
-from specjax.files import atomic_write
 from specjax.models.eagle import Frozen, load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model
@@ -50,16 +48,43 @@ def main(cfg) -> None:
         )
         run_checked(cfg)
     except KeyboardInterrupt as err:
-        # Leave without interpreter teardown: tearing JAX down while its runtime threads are
-        # still busy can crash (a segfault after the message), and nothing is left to save.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        sys.stdout.flush()
-        sys.stderr.write(interrupts.INTERRUPTED)
-        sys.stderr.flush()
-        os._exit(128 + getattr(err, "signum", signal.SIGINT))
-    except ERRORS as err:
-        sys.exit(error_line(err))
+        _stop(getattr(err, "signum", signal.SIGINT), getattr(err, "note", ""))
+    except BaseException as err:
+        if interrupts.received() is not None:  # the interrupt came back as another error
+            _stop(interrupts.received(), "")
+        if isinstance(err, ERRORS):
+            peers.fail(error_line(err), err)  # multi-process: the others stop too
+            sys.exit(error_line(err))
+        if isinstance(err, Exception):
+            peers.fail("".join(traceback.format_exception(err)))
+        raise
+    if interrupts.received() is not None:  # a library swallowed it and the run went on
+        _leave_interrupted(interrupts.received(), interrupts.FINISHED)
+    interrupts.outputs_complete()
+
+
+def _stop(signum: int, note: str) -> None:
+    """:func:`_leave_interrupted`; in a multi-process run the other processes are told first
+    (they stop too), and a process stopped by another's signal says so."""
+    peers.leaving(signum)
+    reason = peers.stop_reason()
+    if reason and note:  # e.g. a batch job's line: where the finished prompts are
+        note = note.replace("interrupted: ", f"interrupted: {reason}; ", 1)
+    elif reason:
+        note = f"\ninterrupted: {reason}; no output file was written\n"
+    _leave_interrupted(signum, note)
+
+
+def _leave_interrupted(signum: int, note: str) -> None:
+    """Exit 128 + ``signum`` with one line, without interpreter teardown: tearing JAX down
+    while its runtime threads are still busy can crash (a segfault after the message), and
+    nothing is left to save."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.stderr.write(note or interrupts.INTERRUPTED)
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def build_mesh(cfg):
@@ -133,8 +158,8 @@ def build(cfg, mesh=None, draft_mesh=None):
 
 
 def read_prompts(cfg, tokenizer) -> tuple[list[str], list[list[int]]]:
-    """Prompt texts and ids (one per line of ``prompts_file``, else ``prompt``), the batch
-    filled by cycling them when fewer than ``batch_size``."""
+    """Prompt texts and ids of the fixed-batch path (``prompt``, or ``prompts_file`` one per
+    line for SSD and a draft on its own devices); no prompt is repeated to fill a batch."""
     if cfg.prompts_file:
         path = Path(cfg.prompts_file)
         if not path.is_file():
@@ -146,8 +171,6 @@ def read_prompts(cfg, tokenizer) -> tuple[list[str], list[list[int]]]:
         texts = [cfg.prompt]
     if cfg.batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {cfg.batch_size}")
-    while len(texts) < cfg.batch_size:
-        texts = texts + texts[: cfg.batch_size - len(texts)]
     if cfg.chat:
         if tokenizer.chat_template is None:
             raise ValueError("chat=True but the tokenizer has no chat template; set chat=False")
@@ -210,6 +233,8 @@ def run_checked(cfg, out=sys.stdout) -> dict:
         )
     else:
         decode = lambda b, s: generate(target, b, config, drafter, s, mesh, buckets)
+    if batch_job.is_batch_job(cfg):
+        return batch_job.run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main)
     texts, prompts = read_prompts(cfg, tokenizer)
     batches = [prompts[i : i + cfg.batch_size] for i in range(0, len(prompts), cfg.batch_size)]
     runs: list[Generation] = []
@@ -224,7 +249,7 @@ def run_checked(cfg, out=sys.stdout) -> dict:
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}
     if cfg.compare_autoregressive and config.speculative:
-        ar_config = dataclasses.replace(config, verifier=AUTOREGRESSIVE, widths=(), width_costs=())
+        ar_config = autoregressive_config(config)
         ar = [
             generate(target, b, ar_config, None, cfg.seed + i, mesh, buckets)
             for i, b in enumerate(batches)
@@ -248,14 +273,5 @@ def run_checked(cfg, out=sys.stdout) -> dict:
         same = record["greedy_matches_autoregressive"]
         out.write(f"greedy output == autoregressive output: {'yes' if same else 'NO'}\n")
     record.update(dataclasses.asdict(metrics), tokens=tokens, text=completions)
-    if cfg.output and main:
-        atomic_write(cfg.output, "".join(c + "\n" for c in completions))
-    if cfg.metrics_json and main:
-        atomic_write(cfg.metrics_json, json.dumps(record, indent=1, default=_jsonable) + "\n")
+    write_outputs(cfg, record, completions, main)
     return record
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"not JSON serialisable: {type(x)}")

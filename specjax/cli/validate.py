@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specjax.cli import job_checks
 from specjax.cli.checks import (
     ConfigError,
     choice,
+    distinct_paths,
     integer,
     model_source,
     number,
     readable_file,
     seed,
+    source_vocab,
     writable_dir,
     writable_file,
 )
@@ -78,18 +81,34 @@ def check_decode(cfg) -> None:
             raise ConfigError("drafter=eagle draws i.i.d. paths; set replacement=True")
         if cfg.mode == "ssd":
             raise ConfigError("mode=ssd drafts with a model; set drafter=model or self")
+    job_checks.batch_job(cfg)
     if cfg.prompts_file:
         readable_file(cfg.prompts_file, "prompts_file")
-    elif not cfg.prompt:
-        raise ConfigError("prompt is empty; give a prompt or a prompts_file")
-    for key in ("output", "metrics_json"):
+    elif not cfg.prompt and not cfg.input:
+        raise ConfigError("prompt is empty; give a prompt, an input or a prompts_file")
+    for key in ("output", "metrics_json", "results"):
         if cfg[key]:
             writable_file(cfg[key], key)
-    if cfg.compilation_cache not in ("auto", "off", ""):
-        writable_dir(cfg.compilation_cache, "compilation_cache")
+    distinct_paths(cfg, inputs=("input", "prompts_file"), outputs=job_checks.OUTPUTS)
+    compilation_cache(cfg)
     _check_devices(cfg, placement)
     if choice(cfg, "mode", MODES) == "ssd":
         ssd_config(cfg)
+
+
+def compilation_cache(cfg) -> None:
+    """``compilation_cache``: ``auto`` and ``off`` always pass (an unusable ``auto`` directory
+    is a warning when the run starts, and the run goes on uncached); an explicit directory must
+    be writable or creatable, or at least readable (a pre-warmed read-only cache)."""
+    from specjax.decode import compile_cache
+
+    setting = str(cfg.compilation_cache).strip()
+    if setting.lower() in ("auto", "", *compile_cache.OFF):
+        return
+    try:
+        compile_cache.access(setting)
+    except ValueError as err:
+        raise ConfigError(f"compilation_cache: {err}") from None
 
 
 def head_source(path: str) -> None:
@@ -117,7 +136,10 @@ def widths(cfg) -> tuple[int, ...]:
     text = str(cfg.widths).strip()
     l_len = cfg.num_speculative_tokens
     special = cfg.drafter == "none" or cfg.mode == "ssd" or cfg.draft_placement == "submesh"
-    if text == "fixed" or (text == "auto" and special):
+    # A batch job at temperature > 0 promises each prompt the sample of its id and the seed,
+    # whatever rows run beside it; a width chosen for all rows would break that.
+    sampled_job = bool(cfg.input or cfg.prompts_file) and cfg.temperature > 0
+    if text == "fixed" or (text == "auto" and (special or sampled_job)):
         return ()
     if text == "auto":
         return (0, l_len)
@@ -132,6 +154,11 @@ def widths(cfg) -> tuple[int, ...]:
         raise ConfigError(
             "widths: mode=ssd, drafter=none and draft_placement=submesh keep one width; set "
             "widths=auto or fixed"
+        )
+    if sampled_job:
+        raise ConfigError(
+            "widths: a batch job at temperature > 0 drafts one fixed width, so that each "
+            "prompt's sample depends only on its id and the seed; set widths=auto or fixed"
         )
     try:
         check_widths(chosen, l_len)
@@ -170,8 +197,17 @@ def shape_buckets(cfg):
 
 
 def ssd_config(cfg):
-    """The :class:`~specjax.drafters.ssd.SSDConfig` of the ``ssd_*`` keys (mode=ssd)."""
-    from specjax.drafters.fanout import parse_fan_out
+    """The :class:`~specjax.drafters.ssd.SSDConfig` of the ``ssd_*`` keys (mode=ssd).
+
+    Where the draft's vocabulary V can be read without loading it (``random:``, specjax
+    checkpoints, Hugging Face directories) the keys are also bounded by it: after k < L accepted
+    tokens at most V - 1 tokens can be the bonus (the rejected drafted one never is), V after
+    all L, so each fan-out entry is bounded by that (the geometric and uniform fan-outs use at
+    most V - 1 per term: ssd_budget <= (L + 1)(V - 1)), and ssd_saguaro_top <= V. For other
+    sources :func:`specjax.decode.generate_ssd` checks the same bounds once the draft is
+    loaded, before compiling.
+    """
+    from specjax.drafters.fanout import fan_out_excess, parse_fan_out
     from specjax.drafters.speculation import BACKUPS, SSDConfig
 
     if cfg.drafter not in ("model", "self"):
@@ -195,15 +231,24 @@ def ssd_config(cfg):
     if alpha >= 1.0:
         raise ConfigError(f"ssd_alpha must be in (0, 1), got {alpha}")
     number(cfg, "ssd_saguaro", 0.0, 1.0, open_low=True)
-    integer(cfg, "ssd_saguaro_top", 0)
+    vocab = source_vocab(cfg.target if cfg.drafter == "self" else cfg.draft)
+    integer(cfg, "ssd_saguaro_top", 0, vocab)
+    most = None if vocab is None else vocab - 1  # bonus candidates per accepted length
+    if most is not None and str(cfg.ssd_fan_out).strip() in ("geometric", "uniform"):
+        if budget > (l_len + 1) * most:
+            raise ConfigError(
+                f"ssd_budget={budget} exceeds (L + 1)(V - 1) = {(l_len + 1) * most}: each of the "
+                f"L + 1 = {l_len + 1} accepted lengths has at most V - 1 = {most} bonus "
+                "candidates (the draft's vocabulary less the drafted token); lower ssd_budget"
+            )
     try:
-        fan = parse_fan_out(cfg.ssd_fan_out, l_len, budget, alpha)
+        fan = parse_fan_out(cfg.ssd_fan_out, l_len, budget, alpha, cap=most)
         miss = (
-            parse_fan_out(cfg.ssd_fan_out_miss, l_len, sum(fan), alpha)
+            parse_fan_out(cfg.ssd_fan_out_miss, l_len, sum(fan), alpha, cap=most)
             if cfg.ssd_fan_out_miss
             else None
         )
-        return SSDConfig(
+        ssd = SSDConfig(
             fan_out=fan,
             fan_out_miss=miss,
             saguaro=cfg.ssd_saguaro,
@@ -214,6 +259,11 @@ def ssd_config(cfg):
         )
     except ValueError as err:
         raise ConfigError(f"ssd: {err}") from None
+    for key, fans in (("ssd_fan_out", fan), ("ssd_fan_out_miss", miss)):
+        problem = None if vocab is None or fans is None else fan_out_excess(fans, vocab)
+        if problem:
+            raise ConfigError(f"{key}={cfg[key]!r}: {problem}; lower that entry")
+    return ssd
 
 
 def _check_devices(cfg, placement: str) -> None:

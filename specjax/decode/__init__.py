@@ -2,7 +2,9 @@
 
 ``generate`` runs a whole generation as two compiled programs (prefill, then a
 ``lax.while_loop`` of steps), compiled once per shape bucket; ``Stream`` yields tokens as they are
-accepted; ``verifier="autoregressive"`` is the baseline on the same code path.
+accepted; ``ContinuousBatch`` runs many requests through a fixed number of slots, refilling
+finished rows and yielding each ``Completion`` as it finishes (batch jobs);
+``verifier="autoregressive"`` is the baseline on the same code path.
 
 Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
 ``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
@@ -21,6 +23,7 @@ interrupts.install_early("specjax.decode")  # only when this process is the CLI
 
 from specjax.decode import compile_cache
 from specjax.decode.adaptive import step
+from specjax.decode.batching import Completion, ContinuousBatch, Request
 from specjax.decode.buckets import EXACT, ShapeBuckets
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.inputs import PreparedBatch, prepare
@@ -50,11 +53,14 @@ __all__ = [
     "AUTOREGRESSIVE",
     "EXACT",
     "PROGRAMS",
+    "Completion",
+    "ContinuousBatch",
     "DecodeConfig",
     "DecodeState",
     "Generation",
     "Metrics",
     "PreparedBatch",
+    "Request",
     "ShapeBuckets",
     "StepStats",
     "Stream",

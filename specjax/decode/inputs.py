@@ -67,6 +67,28 @@ def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
             )
 
 
+def check_prompt(prompt, vocab: int, name: str = "the prompt") -> None:
+    """One clear error unless ``prompt`` is a non-empty list (or 1-D integer array) of token
+    ids in ``[0, vocab)``: a string, a float id or a nested list names the expected form."""
+    form = f"{name} must be a list of token ids (ints)"
+    dtype = getattr(prompt, "dtype", None)
+    if dtype is not None:  # a NumPy or JAX array
+        if np.ndim(prompt) != 1 or not np.issubdtype(dtype, np.integer):
+            raise ValueError(f"{form}, got an array of {dtype} with shape {np.shape(prompt)}")
+    elif isinstance(prompt, list | tuple):
+        for token in prompt:
+            if isinstance(token, bool) or not isinstance(token, int | np.integer):
+                raise ValueError(f"{form}, but it holds {type(token).__name__} {token!r}")
+    else:
+        raise ValueError(
+            f"{form}, got {type(prompt).__name__}; encode text with the model's tokenizer first"
+        )
+    if len(prompt) == 0:
+        raise ValueError(f"{name} is empty; give at least one token")
+    if int(np.min(prompt)) < 0 or int(np.max(prompt)) >= vocab:
+        raise ValueError(f"{name} has token ids outside [0, {vocab}); wrong tokenizer?")
+
+
 def check_drafter(target, drafter, config: DecodeConfig) -> None:
     """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
     if config.speculative and drafter is None:
@@ -107,15 +129,22 @@ def prepare(
       batch_multiple: the padded batch is a multiple of this (a mesh's ``data`` axis).
     """
     check_drafter(target, drafter, config)
+    if not isinstance(prompts, list | tuple) and np.ndim(prompts) != 2:
+        raise ValueError(
+            "prompts must be a list of prompts, each a list of token ids (ints); got "
+            f"{type(prompts).__name__}"
+        )
     if len(prompts) == 0:
         raise ValueError("no prompts given")
+    if all(isinstance(p, int | np.integer) and not isinstance(p, bool) for p in prompts):
+        raise ValueError(
+            "prompts must be a list of lists of token ids: got one flat list of ids; wrap "
+            "a single prompt as [ids]"
+        )
     vocab = target.config.vocab_size
-    lengths = [len(p) for p in prompts]
     for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty; give at least one token")
-        if min(p) < 0 or max(p) >= vocab:
-            raise ValueError(f"prompt {i} has token ids outside [0, {vocab}); wrong tokenizer?")
+        check_prompt(p, vocab, f"prompt {i}")
+    lengths = [len(p) for p in prompts]
     k_paths = 1 if drafter is None else drafter.num_paths
     draft_len = 0 if drafter is None else drafter.draft_len
     tree = k_paths * draft_len + 2  # the draft tree and the root, plus one spare slot

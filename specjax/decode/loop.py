@@ -26,7 +26,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import PreparedBatch, check_seed, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
-from specjax.decode.state import DecodeState
+from specjax.decode.state import DecodeState, check_target
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
 
@@ -34,7 +34,7 @@ UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
 CALIBRATION_STEPS, CALIBRATION_ROUNDS = 2, 1
-"""Steps per width per round, and rounds, of :meth:`_Run.calibrate` (widths interleaved)."""
+"""Steps per width per round, and rounds, of :meth:`Run.calibrate` (widths interleaved)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ def compile_generation(
     """The two compiled programs :func:`generate` would run, ``(prefill, decode)``, for
     inspection: ``.as_text()`` is the optimised HLO, ``.cost_analysis()`` XLA's estimates.
     (Compiled once per shape, like :func:`generate`'s own.)"""
-    run = _Run(target, drafter, prompts, config, 0, mesh, buckets)
+    run = Run.of(target, drafter, prompts, config, 0, mesh, buckets)
     return run.prefill, run.decode_executable
 
 
@@ -88,19 +88,24 @@ def _counters(state: DecodeState) -> DecodeState:
     return jax.device_get(state.replace(target_cache=None, draft_state=None))
 
 
-class _Run:
+class Run:
     """One generation's inputs placed on devices, and its two compiled programs."""
 
-    def __init__(self, target, drafter, prompts, config, seed, mesh, buckets):
+    @classmethod
+    def of(cls, target, drafter, prompts, config, seed, mesh, buckets) -> Run:
+        """The run of ``prompts`` (checked and padded by :func:`prepare`)."""
+        target = as_pure(target)
+        drafter = drafter if config.speculative else None
+        multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
+        batch = prepare(target, drafter, prompts, config, buckets, multiple)
+        return cls(target, drafter, batch, config, seed, mesh)
+
+    def __init__(self, target, drafter, batch: PreparedBatch, config, seed, mesh):
         target = as_pure(target)
         self.drafter = drafter if config.speculative else None
         self.target, self.config, self.mesh = target, config, mesh
         before, start = PROGRAMS.compiled, time.perf_counter()
-        multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
-        self.batch: PreparedBatch = prepare(
-            target, self.drafter, prompts, config, buckets, multiple
-        )
-        b = self.batch
+        self.batch = b = batch
         check_seed(seed)
         seed = np.asarray(seed, np.int32)
         self.draft_tp = False
@@ -128,6 +133,8 @@ class _Run:
         )
         self.compile_seconds = time.perf_counter() - start
         self.compiled = PROGRAMS.compiled - before
+        self._steps: list = []  # steps run by each decode call not yet taken
+        self._scalars: dict = {}
 
     def start(self) -> DecodeState:
         """Runs prefill."""
@@ -143,15 +150,39 @@ class _Run:
             return known
         return widths.guess_costs(self.config.widths, self.drafter.num_paths)
 
-    def decode(self, state: DecodeState, max_steps: int, force: int = widths.AUTO) -> DecodeState:
-        """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards);
-        ``force``: the width policy (:data:`~specjax.decode.widths.AUTO`, or a width index)."""
-        steps = self.put_scalar(np.int32(max_steps))
+    def decode(
+        self,
+        state: DecodeState,
+        max_steps: int,
+        force: int = widths.AUTO,
+        until_done: int | None = None,
+    ) -> DecodeState:
+        """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards), ending
+        early once ``until_done`` rows are done (default: all); ``force``: the width policy
+        (:data:`~specjax.decode.widths.AUTO`, or a width index)."""
+        steps = self._scalar(max_steps)
+        until = self._scalar(state.batch if until_done is None else until_done)
         policy = None
         if self.config.widths:
             force = self.config.force_width if force == widths.AUTO else force
             policy = widths.Policy(self.put_scalar(self.costs), self.put_scalar(np.int32(force)))
-        return self.decode_executable(self.target, self.drafter, state, steps, policy)
+        state, steps_run = self.decode_executable(
+            self.target, self.drafter, state, steps, until, policy
+        )
+        self._steps.append(steps_run)  # device scalars, read by take_steps
+        return state
+
+    def _scalar(self, value: int):
+        """``value`` as an int32 device scalar (kept: a step of a few hundred microseconds
+        should not pay a host-to-device copy for its loop bounds)."""
+        if value not in self._scalars:
+            self._scalars[value] = self.put_scalar(np.int32(value))
+        return self._scalars[value]
+
+    def take_steps(self) -> int:
+        """Decode steps run since the last call (one host read)."""
+        taken, self._steps = self._steps, []
+        return int(np.sum(jax.device_get(taken))) if taken else 0
 
     def calibrate(self, state: DecodeState) -> DecodeState:
         """Measures the cost of a step at each width on this program, once per program: a few
@@ -178,6 +209,7 @@ class _Run:
 
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)
+        check_target(counters.stats, range(self.batch.rows))
         metrics = Metrics.from_state(counters, timing)
         return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 
@@ -216,7 +248,7 @@ def generate(
       decode), ``metrics.time_to_first_token`` prefill plus the first step, and
       ``metrics.compile_seconds`` the compilation this call needed (0 for a seen shape).
     """
-    run = _Run(target, drafter, prompts, config, seed, mesh, buckets)
+    run = Run.of(target, drafter, prompts, config, seed, mesh, buckets)
     start = time.perf_counter()
     state = run.decode(run.start(), 1)
     first_lengths = jax.device_get(state.lengths)  # waits for the first step
@@ -246,7 +278,7 @@ class Stream:
         seed: int = 0,
         buckets: ShapeBuckets = DEFAULT,
     ):
-        self._run = _Run(target, drafter, prompts, config, seed, None, buckets)
+        self._run = Run.of(target, drafter, prompts, config, seed, None, buckets)
         self.result: Generation | None = None
         self.widths_taken: list[int] = []  # with config.widths: each yielded step's width
 
@@ -259,7 +291,8 @@ class Stream:
         widths = self._run.config.widths
         while True:
             state = run.decode(state, 1)
-            now, done = jax.device_get((state.lengths, state.done))
+            now, done, stats = jax.device_get((state.lengths, state.done, state.stats))
+            check_target(stats, range(rows))  # before any garbage is yielded
             if first is None:
                 first, first_tokens = time.perf_counter() - start, int(np.sum((now - seen)[:rows]))
                 state = run.calibrate(state)  # (adaptive widths, once per program)

@@ -24,6 +24,7 @@ from specjax import sharding
 from specjax.decode import widths
 from specjax.decode.adaptive import choose_width, step, width_step
 from specjax.decode.config import DecodeConfig
+from specjax.decode.slots import grow_program, insert_program
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state
 from specjax.drafters.feature import FeatureState
@@ -100,15 +101,31 @@ def prefill_program(
 
 
 def decode_program(
-    target, drafter, state, max_steps, policy=None, *, config, mesh=None, draft_tp=False
+    target,
+    drafter,
+    state,
+    max_steps,
+    until_done=None,
+    policy=None,
+    *,
+    config,
+    mesh=None,
+    draft_tp=False,
 ):
-    """Runs ``step`` until every row is done or ``max_steps`` steps have run (``policy``: the
-    width controller's runtime inputs when ``config.widths`` is set)."""
+    """Runs ``step`` until ``until_done`` rows are done (default: every row) or ``max_steps``
+    steps have run (``policy``: the width controller's runtime inputs when ``config.widths`` is
+    set). Continuous batching stops early this way to refill finished rows.
+
+    Returns:
+      ``(state, steps)``: the state after the steps and how many ran (int32 ``[]``).
+    """
     constrain = lambda s: constrain_state(s, mesh, draft_tp)
-    cond = lambda c: (c[0] < max_steps) & ~jnp.all(c[1].done)
+    until_done = state.batch if until_done is None else until_done
+    cond = lambda c: (c[0] < max_steps) & (jnp.sum(c[1].done) < until_done)
     if state.control is None:
         body = lambda c: (c[0] + 1, constrain(step(target, drafter, c[1], config)))
-        return jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))[1]
+        steps, state = jax.lax.while_loop(cond, body, (jnp.int32(0), constrain(state)))
+        return state, steps
 
     # Adaptive widths: one inner loop per width, running while the controller picks it (the
     # pick for the next step is made at the end of each step and carried). Loops carry the
@@ -129,7 +146,8 @@ def decode_program(
         return carry
 
     picked, state = choose_width(drafter, constrain(state), config, policy)
-    return jax.lax.while_loop(running, each_width, (jnp.int32(0), state, picked))[1]
+    steps, state, _ = jax.lax.while_loop(running, each_width, (jnp.int32(0), state, picked))
+    return state, steps
 
 
 def signature(args) -> tuple:
@@ -169,7 +187,7 @@ class ProgramCache:
 class _Programs:
     """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
 
-    def __init__(self, capacity: int = 24):
+    def __init__(self, capacity: int = 32):
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
         self.costs: dict = {}  # measured width costs per program key (calibrate)
@@ -203,23 +221,66 @@ class _Programs:
             policy = _policy_shape(config, replicated)
             shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
             prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
-            decode_args = (args[0], args[1], state, steps, policy)
+            decode_args = (args[0], args[1], state, steps, steps, policy)
             decode_jit = jax.jit(
                 decode,
                 in_shardings=shardings_of(decode_args),
-                out_shardings=out,
+                out_shardings=(out, replicated),
                 donate_argnums=(2,),
             )
         target, drafter = args[0], args[1]
         return (
             prefill_jit.lower(*args).compile(),
-            decode_jit.lower(target, drafter, state, steps, policy).compile(),
+            decode_jit.lower(target, drafter, state, steps, steps, policy).compile(),
         )
+
+    def insert(self, args, sizes: dict, config, mesh, draft_tp: bool):
+        """The compiled :func:`~specjax.decode.slots.insert_program` for ``args = (target,
+        drafter, state, prompts, prompt_lengths, slots, words, seed)`` (the state donated),
+        kept like the generation programs."""
+        key = ("insert", signature(args), tuple(sorted(sizes.items())), config.widths, mesh)
+        program, built = self.kept.get(key, lambda: _compile_insert(args, sizes, config, mesh))
+        self.compiled += built
+        return program
+
+    def grow(self, args, mesh):
+        """The compiled :func:`~specjax.decode.slots.grow_program` for ``args = (state,
+        empty)`` (``empty`` donated), kept like the others."""
+        key = ("grow", signature(args), mesh)
+        program, built = self.kept.get(key, lambda: _compile_grow(args, mesh))
+        self.compiled += built
+        return program
 
     def clear(self) -> None:
         """Drops every kept program."""
         self.kept.clear()
         self.costs.clear()
+
+
+def _compile_grow(args, mesh):
+    if mesh is None:
+        return jax.jit(grow_program, donate_argnums=(1,)).lower(*args).compile()
+    shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+    jitted = jax.jit(
+        grow_program,
+        in_shardings=shardings_of(args),
+        out_shardings=shardings_of(args[1]),  # the larger state's layout
+        donate_argnums=(1,),
+    )
+    return jitted.lower(*args).compile()
+
+
+def _compile_insert(args, sizes, config, mesh):
+    insert = functools.partial(insert_program, **sizes, widths=config.widths)
+    if mesh is None:
+        return jax.jit(insert, donate_argnums=(2,)).lower(*args).compile()
+    shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+    state = args[2]
+    out = shardings_of(state)  # the layout decode reads and writes
+    jitted = jax.jit(
+        insert, in_shardings=shardings_of(args), out_shardings=out, donate_argnums=(2,)
+    )
+    return jitted.lower(*args).compile()
 
 
 def _policy_shape(config: DecodeConfig, sharding) -> widths.Policy | None:

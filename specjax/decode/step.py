@@ -35,6 +35,7 @@ def init_state(
     buffer: int,
     draft_len: int | None = None,
     widths: tuple[int, ...] = (),
+    row_keys: PRNGKey | None = None,
 ) -> DecodeState:
     """Prefills target (and drafter) caches with every prompt token but the last.
 
@@ -42,12 +43,14 @@ def init_state(
       target: the target model.
       drafter: a drafter or None (autoregressive).
       prompts: int ``[B, T]`` right-padded prompts; prompt_lengths: int ``[B]`` (>= 1).
-      key: one PRNG key; row b uses ``fold_in(key, b)``.
+      key: one PRNG key; row b uses ``fold_in(key, b)`` unless ``row_keys`` is given.
       capacity: S of the KV caches; buffer: length of the token buffer.
       draft_len: L when ``drafter`` is None but a drafter elsewhere (its own devices) drafts;
         the state then has no draft state.
       widths: the draft widths a step chooses among (``DecodeConfig.widths``); () for a fixed
         width (the state then has no :class:`~specjax.decode.widths.WidthControl`).
+      row_keys: per-row PRNG keys ``[B]`` (e.g. one per request,
+        :func:`specjax.decode.slots.request_keys`); default ``fold_in(key, b)``.
     """
     b, t = prompts.shape
     if drafter is not None:
@@ -69,7 +72,7 @@ def init_state(
         done=jnp.zeros((b,), bool),
         target_cache=target_cache,
         draft_state=draft_state,
-        keys=sampling.row_keys(key, b),
+        keys=sampling.row_keys(key, b) if row_keys is None else row_keys,
         stats=StepStats.zeros(b, draft_len),
         control=None
         if not widths
@@ -110,6 +113,11 @@ def commit_tokens(
     return tokens, jnp.where(active, lengths, state.lengths), done
 
 
+def finite_rows(logits: Array) -> Array:
+    """bool ``[B]``: whether every logit of each row (``logits [B, T, V]``) is finite."""
+    return jnp.all(jnp.isfinite(logits), axis=tuple(range(1, logits.ndim)))
+
+
 def last_tokens(state: DecodeState) -> Array:
     """``[B, 1]`` each row's last committed token, the one the target has not seen yet."""
     return jnp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)
@@ -133,15 +141,16 @@ def autoregressive_step(
     token = sampling.next_tokens(k_sample, logits[:, 0], config.sampling)  # [B]
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
+    fault = ~finite_rows(logits)  # broken target weights: the row ends, the host raises
     cache = cache.rollback(jnp.where(active, state.lengths, state.target_cache.lengths))
     none = jnp.zeros_like(token)
     new = state.replace(
         tokens=tokens,
         lengths=lengths,
-        done=done,
+        done=done | (active & fault),
         target_cache=cache,
         keys=keys,
-        stats=state.stats.record(active, none, none),
+        stats=state.stats.record(active, none, none, fault=fault),
     )
     return (new, hidden) if features else new
 
@@ -205,10 +214,12 @@ def verify_tree(config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array
 
     Returns:
       ``(result, num_draft)``: the verifier's result per row (``num_accepted [B]``, ``path [B]``,
-      ``next_token [B]``) and ``num_draft [B, K]`` cut at the first stop token.
+      ``next_token [B]``) and ``num_draft [B, K]`` cut at the first stop token and at the first
+      draft law that is not a probability vector (the verifier cuts there too).
     """
     k_paths, l_len = draft.tokens.shape[1:]
     num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
+    _, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
     probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
     target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
     return verify_rows(config, keys, draft, num_draft, target_probs), num_draft
@@ -274,12 +285,14 @@ def verify_and_commit(
     cache = cache.rollback(jnp.where(active, cache.lengths, state.target_cache.lengths))
 
     followed = jnp.take_along_axis(num_draft, path[:, None], axis=1)[:, 0]  # [B]
+    invalid = jnp.any(num_draft < cut_at_stop(draft, config.stop_tokens), axis=1)  # bad laws
+    fault = ~finite_rows(logits)  # broken target weights: the row ends, the host raises
     new_state = state.replace(
         tokens=tokens,
         lengths=lengths,
-        done=done,
+        done=done | (active & fault),
         target_cache=cache,
-        stats=state.stats.record(active, tau, followed),
+        stats=state.stats.record(active, tau, followed, invalid, fault),
     )
     if features:
         return new_state, path, tau, path_features(hidden, path, l_len)

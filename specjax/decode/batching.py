@@ -1,0 +1,370 @@
+"""Continuous batching: many requests through a fixed number of slots, each result handed back
+as soon as its request finishes.
+
+The decode state has B *slots* (rows) and a capacity S; the programs are compiled once per
+prompt bucket: the decode program (which here stops as soon as enough rows are done, or after a
+chunk of steps) and one insert program per (insert count, prompt bucket)
+(:func:`~specjax.decode.slots.insert_program`). Requests run shortest prompt bucket first, and
+when the next one needs a larger bucket the running rows move to slots of that capacity
+(:func:`~specjax.decode.slots.grow_program`), so every step pays attention over the capacity
+the prompts in flight need, not the longest prompt's. The host loop of
+:class:`ContinuousBatch`:
+
+1. inserts waiting requests into the free slots (prefill and scatter, one program call),
+   growing the slots first when the next request's prompt bucket is larger;
+2. decodes until ``refill`` more rows are done (or all, when nothing waits), at most ``chunk``
+   steps;
+3. harvests the finished rows: each becomes a :class:`Completion`, yielded at once;
+4. repeats until every request is done.
+
+A request's randomness depends only on the seed and its id (:func:`~specjax.decode.slots.
+request_keys`), so its output is the same whatever slot, batch size, order or resume point it
+runs in. Requests that cannot run (empty, token ids outside the vocabulary, too long for the
+models) become ``finish_reason="error"`` completions; the others go on.
+
+Adaptive draft widths (``DecodeConfig.widths``) choose one width for all rows of a step; at
+temperature > 0 that would make a request's sample depend on its neighbours, so they are refused
+there (greedy output never depends on the widths).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from specjax import sharding
+from specjax.decode.batch_counts import Progress, Totals, finished_rows
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
+from specjax.decode.config import DecodeConfig
+from specjax.decode.inputs import PreparedBatch, check_drafter, check_prompt, check_seed
+from specjax.decode.loop import Run
+from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.programs import PROGRAMS
+from specjax.decode.slots import id_words
+from specjax.decode.state import DecodeState, check_target
+from specjax.models.pure import PureModel, as_pure
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One prompt of a batch job.
+
+    Attributes:
+      id: the request's id (any JSON value; ids must be distinct within a run). Its draws
+        depend only on it and the seed.
+      prompt: token ids (at least one).
+      error: a problem found before the prompt could be tokenized (a malformed input line):
+        the request becomes an ``error`` completion.
+    """
+
+    id: Any
+    prompt: Sequence[int]
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """A finished request.
+
+    Attributes:
+      id: the request's id; index: its position in the requests given.
+      token_ids: generated ids (a stop token that ended it is kept).
+      finish_reason: ``stop`` (a stop token), ``length`` (``max_new_tokens``) or ``error``.
+      prompt_tokens: the prompt's length.
+      target_forwards: target forwards (steps) the request took part in.
+      accepted_tokens: draft tokens the verifier accepted.
+      proposed_tokens: draft tokens proposed on the paths followed.
+      error: what was wrong (``finish_reason="error"`` only).
+    """
+
+    id: Any
+    index: int
+    token_ids: list[int]
+    finish_reason: str
+    prompt_tokens: int
+    target_forwards: int = 0
+    accepted_tokens: int = 0
+    proposed_tokens: int = 0
+    error: str = ""
+
+
+class ContinuousBatch:
+    """Decodes requests through ``slots`` rows, refilling finished rows between decode chunks.
+
+    Args:
+      target: the target model; drafter: a drafter or None (autoregressive).
+      config: the :class:`~specjax.decode.DecodeConfig` (adaptive ``widths`` at temperature 0
+        only).
+      slots: B, the rows decoded together (on a mesh rounded up to a multiple of ``data``).
+      seed: the run's seed; a request's draws depend only on it and the request's id.
+      mesh: a device mesh (models placed on it, as for :func:`~specjax.decode.generate`) or
+        None. Every process of a multi-process run must call :meth:`run` with the same requests:
+        each takes the same decisions from the same replicated values.
+      buckets: prompt-length buckets (inserted prompts are padded to them; S fits the longest).
+      chunk: the most decode steps between two looks at the rows (progress, refills).
+      refill: finished rows that trigger a refill while requests wait (1: refill at once).
+    """
+
+    def __init__(
+        self,
+        target: PureModel,
+        drafter,
+        config: DecodeConfig,
+        *,
+        slots: int = 8,
+        seed: int = 0,
+        mesh=None,
+        buckets: ShapeBuckets = DEFAULT,
+        chunk: int = 32,
+        refill: int = 1,
+    ):
+        self.target = as_pure(target)
+        self.drafter = drafter if config.speculative else None
+        self.config, self.mesh, self.buckets = config, mesh, buckets
+        check_drafter(self.target, self.drafter, config)
+        check_seed(seed)
+        if config.widths and not config.sampling.greedy:
+            raise ValueError(
+                "adaptive widths choose one draft width for all rows of a step, so at "
+                "temperature > 0 a request's sample would depend on the requests beside it; "
+                "use a fixed width (widths=()) or temperature 0"
+            )
+        if slots < 1 or chunk < 1 or not 1 <= refill <= slots:
+            raise ValueError(
+                f"need slots >= 1, chunk >= 1 and 1 <= refill <= slots; got {slots}, {chunk}, "
+                f"{refill}"
+            )
+        multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
+        self.slots = -(-slots // multiple) * multiple
+        self.seed, self.chunk, self.refill = seed, chunk, refill
+        self.metrics: Metrics | None = None
+        self.progress: Progress | None = None
+
+    # -- sizes and checks -----------------------------------------------------------------------
+
+    def _tree(self) -> tuple[int, int]:
+        """``(K·L + 2, L)``: the draft tree's cache slots (plus root and spare), and L."""
+        d = self.drafter
+        return (2, 0) if d is None else (d.num_paths * d.draft_len + 2, d.draft_len)
+
+    def _limit(self) -> int:
+        limits = [self.target.config.max_seq_len]
+        if self.drafter is not None and self.drafter.max_seq_len is not None:
+            limits.append(self.drafter.max_seq_len)
+        return min(limits)
+
+    def problem(self, prompt) -> str:
+        """Why ``prompt`` cannot run (``""`` if it can)."""
+        try:
+            check_prompt(prompt, self.target.config.vocab_size)
+        except ValueError as err:
+            return str(err)
+        tree, _ = self._tree()
+        need = len(prompt) + self.config.max_new_tokens + tree
+        if need > self._limit():
+            return (
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({self.config.max_new_tokens}) "
+                f"+ draft tree ({tree}) = {need} positions exceed the model's max_seq_len "
+                f"{self._limit()}; shorten the prompt or lower max_new_tokens"
+            )
+        return ""
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        requests: Sequence[Request],
+        on_chunk: Callable[[Progress], None] | None = None,
+    ) -> Iterator[Completion]:
+        """Yields a :class:`Completion` per request as soon as it finishes (errors first).
+
+        Afterwards :attr:`metrics` holds the aggregate :class:`~specjax.decode.Metrics` and
+        :attr:`progress` the final counters (``utilization`` among them).
+
+        Args:
+          requests: the requests (distinct ids).
+          on_chunk: called with the :class:`Progress` after every decode chunk.
+        """
+        seen = set()
+        for request in requests:
+            key = _hashable(request.id)
+            if key in seen:
+                raise ValueError(
+                    f"request id {request.id!r} appears more than once; ids must be distinct"
+                )
+            seen.add(key)
+        progress = self.progress = Progress(total=len(requests))
+        totals = Totals(self._tree()[1])
+        waiting = collections.deque()
+        for index, request in enumerate(requests):
+            why = request.error or self.problem(request.prompt)
+            if why:
+                progress.finished += 1
+                progress.errors += 1
+                yield Completion(request.id, index, [], "error", _length(request.prompt), error=why)
+            else:
+                waiting.append((index, request))
+        if not waiting:
+            self.metrics = totals.metrics(Timing(0.0))
+            return
+
+        # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
+        # in every step), without draining the rows that run.
+        waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
+        run = self._start(self._width(waiting[0][1]))
+        b = self.slots
+        compile_seconds = before = run.compile_seconds  # (compiling after start is not timed)
+        start = time.perf_counter()
+        state = run.start()
+        holder: list[tuple[int, Request] | None] = [None] * b
+        calibrated = False
+        while waiting or any(h is not None for h in holder):
+            free = [i for i in range(b) if holder[i] is None]
+            while waiting and free:  # in bucket-sized groups: no prefill of padding rows
+                need = self._width(waiting[0][1])
+                if need > run.width:
+                    progress.slot_steps += run.take_steps() * b
+                    run, state, seconds = self._grow(run, state, need)
+                    compile_seconds, calibrated = compile_seconds + seconds, False
+                fits = 0  # the waiting prompts this run's slots hold (sorted: a prefix)
+                for _, request in itertools.islice(waiting, len(free)):
+                    fits += self._width(request) <= run.width
+                group = self._group(fits)
+                taken = [waiting.popleft() for _ in range(group)]
+                state, seconds = self._insert(run, state, taken, free[:group])
+                compile_seconds += seconds
+                for (index, request), slot in zip(taken, free, strict=False):
+                    holder[slot] = (index, request)
+                free = free[group:]
+            if not calibrated:  # adaptive widths: costs measured once per program
+                state, calibrated = run.calibrate(state), True
+            busy = sum(h is not None for h in holder)
+            until = b if not waiting else min(b, b - busy + self.refill)
+            state = run.decode(state, self.chunk, until_done=until)
+            done = jax.device_get(state.done)
+            progress.slot_steps += run.take_steps() * b
+            finished = [i for i in range(b) if holder[i] is not None and done[i]]
+            counters = finished_rows(state, finished) if finished else None
+            if counters is not None:
+                check_target(counters.stats)  # a broken target ends the run, no garbage out
+            for j, slot in enumerate(finished):
+                index, request = holder[slot]
+                holder[slot] = None
+                ids, stats = counters.generated(j), counters.stats
+                stopped = bool(ids) and ids[-1] in self.config.stop_tokens
+                completion = Completion(
+                    request.id,
+                    index,
+                    ids,
+                    "stop" if stopped else "length",
+                    len(request.prompt),
+                    int(stats.steps[j]),
+                    int(stats.accepted[j]),
+                    int(stats.proposed[j]),
+                )
+                totals.add(counters, j)
+                progress.finished += 1
+                progress.generated += len(completion.token_ids)
+                progress.accepted += completion.accepted_tokens
+                progress.proposed += completion.proposed_tokens
+                progress.row_steps += completion.target_forwards
+                yield completion
+            progress.seconds = time.perf_counter() - start - (compile_seconds - before)
+            if on_chunk is not None:
+                on_chunk(progress)
+        seconds = time.perf_counter() - start - (compile_seconds - before)
+        progress.seconds = seconds
+        totals.forwards = progress.slot_steps // b
+        widths = jax.device_get(state.control.steps) if state.control is not None else None
+        self.metrics = totals.metrics(Timing(seconds, compile_seconds), self.config.widths, widths)
+
+    def _width(self, request: Request) -> int:
+        """The prompt bucket of ``request``: the prompt width of a run that can hold it."""
+        tree, _ = self._tree()
+        limit = self._limit() - self.config.max_new_tokens - tree
+        return self.buckets.prompt_length(len(request.prompt), limit)
+
+    def _start(self, width: int) -> Run:
+        """Empty slots and their programs for prompts of up to ``width`` tokens (``run.width``:
+        S is ``width + max_new_tokens`` plus the draft tree)."""
+        tree, l_len = self._tree()
+        b = self.slots
+        batch = PreparedBatch(
+            prompts=np.zeros((b, 1), np.int32),
+            lengths=np.ones((b,), np.int32),
+            active=np.zeros((b,), bool),
+            rows=0,
+            capacity=width + self.config.max_new_tokens + tree,
+            buffer=width + self.config.max_new_tokens + l_len + 1,
+        )
+        run = Run(self.target, self.drafter, batch, self.config, self.seed, self.mesh)
+        run.width = width
+        return run
+
+    def _grow(self, run: Run, state: DecodeState, width: int) -> tuple[Run, DecodeState, float]:
+        """The rows of ``state`` moved to new slots for prompts of ``width`` tokens; returns the
+        new run, its state and the seconds spent compiling."""
+        bigger = self._start(width)
+        start = time.perf_counter()
+        args = (state, bigger.start())
+        program = PROGRAMS.grow(args, self.mesh)
+        return bigger, program(*args), bigger.compile_seconds + time.perf_counter() - start
+
+    def _group(self, n: int) -> int:
+        """How many of ``n`` requests to insert in one call: the largest batch bucket <= n (one
+        insert program per bucket, none prefilling padding rows)."""
+        fitting = [b for b in self.buckets.batch if b <= n]
+        return max(fitting) if fitting else 1
+
+    def _insert(self, run: Run, state: DecodeState, taken, slots) -> tuple[DecodeState, float]:
+        """Prefills ``taken`` requests into ``slots``; returns the state and the seconds spent
+        compiling."""
+        count = len(taken)
+        width = self.buckets.prompt_length(max(len(r.prompt) for _, r in taken), run.width)
+        prompts = np.zeros((count, width), np.int32)
+        lengths = np.ones((count,), np.int32)
+        words = np.zeros((count, 2), np.uint32)
+        for j, (_, request) in enumerate(taken):
+            prompts[j, : len(request.prompt)] = request.prompt
+            lengths[j] = len(request.prompt)
+            words[j] = id_words(request.id)
+        slots = np.asarray(slots, np.int32)
+        put = run.put_scalar
+        args = (
+            run.target,
+            run.drafter,
+            state,
+            put(prompts),
+            put(lengths),
+            put(slots),
+            put(words),
+            put(np.asarray(self.seed, np.int32)),
+        )
+        sizes = dict(capacity=run.batch.capacity, buffer=run.batch.buffer)
+        start = time.perf_counter()
+        program = PROGRAMS.insert(args, sizes, self.config, self.mesh, run.draft_tp)
+        compile_seconds = time.perf_counter() - start
+        return program(*args), compile_seconds
+
+
+def _length(prompt) -> int:
+    try:
+        return len(prompt)
+    except TypeError:
+        return 0
+
+
+def _hashable(x):
+    """A request id as a set member (lists and dicts by their JSON-like repr)."""
+    try:
+        hash(x)
+        return (type(x).__name__, x)
+    except TypeError:
+        return (type(x).__name__, repr(x))

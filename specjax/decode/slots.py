@@ -1,0 +1,147 @@
+"""Continuous batching on the device: a decode state of B *slots* that new prompts are inserted
+into while the other rows keep decoding.
+
+* :func:`insert_program` prefills ``n`` new prompts into a small state of the same capacity and
+  scatters its rows into the chosen slots of the big one (donated: updated in place). Per-row
+  leaves (tokens, caches, draft state, keys, counters, the width controller's per-row estimates)
+  are replaced; batch-level leaves (the controller's scalars) are kept. Which axis of a leaf is
+  its row axis is read off the state's own shapes at two batch sizes (:func:`row_axes`), so every
+  drafter's state works without a rule per type.
+* :func:`grow_program` moves a running state into one of a larger capacity, so that a job
+  whose prompts are run shortest first pays for long prompts' cache slots only once they come.
+* :func:`request_keys`: a request's PRNG key depends only on the seed and its id, so its output
+  is the same whatever slot, batch size, order or resume point it runs in.
+
+The host loop that decides what to insert and when is :mod:`specjax.decode.batching`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decode.state import DecodeState
+from specjax.decode.step import init_state
+from specjax.typing import Array, PRNGKey
+
+REQUEST_STREAM = 0x5EC0DE
+"""``fold_in`` data separating request keys from the row keys of :func:`generate` (0 .. B - 1)."""
+
+
+def id_words(request_id: Any) -> np.ndarray:
+    """Two uint32 words of a 64-bit hash of a request id (its JSON text: ``3`` and ``"3"``
+    differ). 64 bits, so that millions of ids almost surely get distinct randomness."""
+    text = json.dumps(request_id, sort_keys=True, ensure_ascii=False)
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return np.frombuffer(digest, dtype="<u4").copy()
+
+
+def request_keys(seed: Array, words: Array) -> PRNGKey:
+    """Per-request keys ``[N]`` from the seed and ``words [N, 2]`` (:func:`id_words`)."""
+    base = jax.random.fold_in(jax.random.key(seed), REQUEST_STREAM)
+    one = lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1])
+    return jax.vmap(one)(jnp.asarray(words, jnp.uint32))
+
+
+def row_axes(make_state) -> Any:
+    """The row axis of every leaf of a state (None for batch-level leaves).
+
+    Args:
+      make_state: ``batch -> state``, traced abstractly (:func:`jax.eval_shape`) at two batch
+        sizes; the axis whose size changes with the batch is the row axis.
+
+    Returns:
+      A pytree like the state with an int or None per leaf.
+    """
+    one, two = (jax.eval_shape(lambda b=b: make_state(b)) for b in (2, 3))
+
+    def axis(a, b):
+        changed = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)) if x != y]
+        if len(changed) > 1:
+            raise ValueError(f"a state leaf {a.shape} has more than one batch axis")
+        return changed[0] if changed else None
+
+    return jax.tree.map(axis, one, two)
+
+
+def scatter_rows(big: Any, small: Any, slots: Array, axes: Any) -> Any:
+    """``big`` with ``small``'s rows written at ``slots [n]`` (an index >= B is dropped: padding
+    entries); batch-level leaves (axis None) keep ``big``'s values."""
+
+    def put(x, y, axis):
+        if axis is None:
+            return x
+        index = (slice(None),) * axis + (slots,)
+        return x.at[index].set(y if y.dtype == x.dtype else y.astype(x.dtype), mode="drop")
+
+    return jax.tree.map(put, big, small, axes, is_leaf=lambda x: x is None)
+
+
+def insert_program(
+    target,
+    drafter,
+    state: DecodeState,
+    prompts: Array,
+    prompt_lengths: Array,
+    slots: Array,
+    words: Array,
+    seed: Array,
+    *,
+    capacity: int,
+    buffer: int,
+    widths: tuple[int, ...] = (),
+) -> DecodeState:
+    """Prefills ``prompts`` and puts them in ``slots`` of ``state`` (donate it).
+
+    Args:
+      target, drafter: the models (as for :func:`~specjax.decode.step.init_state`).
+      state: the slots' decode state ``[B, ...]``.
+      prompts: int ``[n, T]`` right-padded new prompts; prompt_lengths: int ``[n]`` (>= 1).
+      slots: int ``[n]`` where each goes (``B`` for padding entries, which are dropped).
+      words: uint32 ``[n, 2]`` the requests' id hashes (:func:`id_words`).
+      seed: the run's seed.
+      capacity, buffer, widths: the sizes the state was built with.
+
+    Returns:
+      The state with those rows freshly prefilled (not done, counters at zero).
+    """
+
+    def fresh(p, n, keys):
+        return init_state(
+            target,
+            drafter,
+            p,
+            n,
+            jax.random.key(seed),
+            capacity=capacity,
+            buffer=buffer,
+            widths=widths,
+            row_keys=keys,
+        )
+
+    def shaped(b):
+        p = jnp.zeros((b, prompts.shape[1]), jnp.int32)
+        return fresh(p, jnp.ones((b,), jnp.int32), request_keys(seed, jnp.zeros((b, 2))))
+
+    axes = row_axes(shaped)
+    small = fresh(prompts, prompt_lengths, request_keys(seed, words))
+    return scatter_rows(state, small, slots, axes)
+
+
+def grow_program(state: DecodeState, empty: DecodeState) -> DecodeState:
+    """``state`` moved into ``empty``, a state of the same slots with a larger capacity S and
+    token buffer (donate ``empty``): every leaf whose shape grew is written into the prefix of
+    ``empty``'s (the committed entries keep their places; the rest is scratch), the others are
+    ``state``'s. Rows keep decoding as if nothing happened: only S changed."""
+
+    def move(small, big):
+        if small.shape == big.shape:
+            return small
+        return big.at[tuple(slice(0, n) for n in small.shape)].set(small)
+
+    return jax.tree.map(move, state, empty)

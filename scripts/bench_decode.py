@@ -68,7 +68,8 @@ from benchlib.decode_report import Results, Row
 from benchlib.decode_timing import Generator, measure_overhead
 
 import specjax
-from specjax.decode import AUTOREGRESSIVE, PROGRAMS, DecodeConfig
+from specjax.decode import AUTOREGRESSIVE, DecodeConfig
+from specjax.decode.seams import PROGRAMS
 from specjax.sampling import SamplingParams
 
 _PAIRS = flags.DEFINE_list("pairs", ["shakespeare", "smollm2"], "Pairs: shakespeare, smollm2.")

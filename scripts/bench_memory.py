@@ -68,7 +68,8 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from specjax import sharding
-    from specjax.decode import DecodeConfig, constrain_state, init_state, state_shardings, step
+    from specjax.decode import DecodeConfig
+    from specjax.decode.seams import constrain_state, init_state, state_shardings, step
     from specjax.drafters import ModelDrafter
     from specjax.models import Llama, preset
     from specjax.models.pure import PureModel

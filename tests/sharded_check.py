@@ -10,14 +10,8 @@ import numpy as np
 from flax import nnx
 
 from specjax import sharding
-from specjax.decode import (
-    DecodeConfig,
-    compile_generation,
-    constrain_state,
-    generate,
-    prefill_program,
-    prepare,
-)
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.seams import compile_generation, constrain_state, prefill_program, prepare
 from specjax.drafters import ModelDrafter
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
@@ -136,7 +130,7 @@ def main(which: str) -> None:
         print("widths-ok")
 
     if which in ("all", "submesh"):
-        from specjax.decode.submesh import generate_on_submeshes, split_devices
+        from specjax.decode.submesh import split_devices
 
         t_mesh, d_mesh = split_devices("2,2", "2,2")
         assert not set(t_mesh.devices.flat) & set(d_mesh.devices.flat)
@@ -146,9 +140,8 @@ def main(which: str) -> None:
         for params, verifier, k in [(GREEDY, "block", 1), (SamplingParams(1.0), "gbv", 2)]:
             cfg = DecodeConfig(verifier, params, 16)
             want = generate(target, PROMPTS, cfg, ModelDrafter(draft, params, k, 3), seed=5)
-            got = generate_on_submeshes(
-                t_on, PROMPTS, cfg, ModelDrafter(d_on, params, k, 3), 5, t_mesh, d_mesh
-            )
+            drafter = ModelDrafter(d_on, params, k, 3)
+            got = generate(t_on, PROMPTS, cfg, drafter, 5, t_mesh, draft_mesh=d_mesh)
             assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
             assert got.metrics.steps == want.metrics.steps
         try:

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib.accelerator import SECTIONS
 
-from benchlib.accelerator import SECTIONS  # noqa: E402 (scripts/ is not a package)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quick_run_writes_every_section(tmp_path):

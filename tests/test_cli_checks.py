@@ -296,22 +296,12 @@ def test_error_line_joins_lines():
     assert error_line(KeyError()) == "error: KeyError"
 
 
-def test_early_interrupt_handlers_only_for_the_cli(monkeypatch):
-    from specjax.cli import interrupts
-
-    monkeypatch.setattr("sys.orig_argv", ["python", "-X", "importtime", "-m", "specjax.decode"])
-    assert interrupts.started_as("specjax.decode")
-    monkeypatch.setattr("sys.orig_argv", ["python", "-mspecjax.decode", "--config", "c.py"])
-    assert interrupts.started_as("specjax.decode")
-    monkeypatch.setattr("sys.orig_argv", ["python", "-m", "pytest", "specjax.decode"])
-    assert not interrupts.started_as("specjax.decode")
-
-
 def test_ssd_vocabulary_bounds_in_the_library():
     """Library users' SSDConfig is bounded by the loaded draft's vocabulary (the CLI cannot read
     a GGUF draft's V before loading it): one ValueError naming the knob, before compiling.
     (Placed after the tests that build random_model(0), whose first build is the slow one.)"""
-    from specjax.decode import DecodeConfig, generate_ssd
+    from specjax.decode import DecodeConfig
+    from specjax.decode.seams import generate_ssd
     from specjax.drafters import SSDConfig, SSDDrafter
     from specjax.sampling import SamplingParams
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
-from specjax.decode import EXACT, PROGRAMS, DecodeConfig, ShapeBuckets, compile_cache, generate
+from specjax.decode import EXACT, DecodeConfig, ShapeBuckets, compile_cache, generate
 from specjax.decode.buckets import parse_sizes, round_up
+from specjax.decode.seams import PROGRAMS
 from specjax.drafters import ModelDrafter
 from specjax.sampling import SamplingParams
 from specjax.testing import pair

@@ -11,7 +11,8 @@ import pytest
 from flax import nnx
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, Stream, generate, prefill_program, prepare, step
+from specjax.decode import DecodeConfig, Stream, generate
+from specjax.decode.seams import prefill_program, prepare, step
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel, truncated

@@ -15,7 +15,8 @@ import pytest
 from flax import nnx
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, generate, prefill_program, prepare, step
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.seams import prefill_program, prepare, step
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import Llama
 from specjax.models.cache import KVCache

@@ -341,3 +341,20 @@ def test_shape_and_argument_errors():
     with pytest.raises(ValueError, match="without replacement"):
         optimal_acceptance(p, p, 5, replacement=False)
     assert optimal_acceptance(p, p, 5, replacement=True).shape == (2,)
+
+
+def test_closed_form_acceptance_equals_enumeration_and_stays_below_the_optimum():
+    """``specjax.verify.acceptance``: each verifier's single-step rate in closed form equals the
+    enumeration of every draft tuple through the reference laws, and none exceeds alpha*."""
+    from specjax.verify import acceptance
+
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4) * 0.7)
+        for n in (1, 2, 3):
+            fast, slow = acceptance.acceptance(p, q, n), acceptance.reference_acceptance(p, q, n)
+            assert set(fast) == set(acceptance.VERIFIERS)
+            for name in fast:
+                assert abs(fast[name] - slow[name]) < 1e-12, (name, n, fast[name], slow[name])
+            best = float(optimal_acceptance(jnp.asarray(p), jnp.asarray(q), n, True))
+            assert fast["specinfer w/ repl."] <= best + 1e-6 and fast["spectr"] <= best + 1e-6

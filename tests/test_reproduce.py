@@ -14,22 +14,21 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from reproducelib import chain_exact, claims, logged, multidraft_exact, observe, toy
+from reproducelib.settings import FULL, QUICK
+
+from specjax import verify
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.seams import prefill_program, prepare
+from specjax.drafters import FeatureDrafter
+from specjax.models import Llama
+from specjax.models.eagle import EagleConfig, EagleHead
+from specjax.models.pure import PureModel
+from specjax.sampling import SamplingParams
+from specjax.testing import sharpened, tiny_config
+from specjax.verify import acceptance, reference
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # reproducelib lives beside the scripts
-
-from reproducelib import chain_exact, claims, logged, multidraft_exact, observe, toy  # noqa: E402
-from reproducelib.settings import FULL, QUICK  # noqa: E402
-
-from specjax import verify  # noqa: E402
-from specjax.decode import DecodeConfig, generate, prefill_program, prepare  # noqa: E402
-from specjax.drafters import FeatureDrafter  # noqa: E402
-from specjax.models import Llama  # noqa: E402
-from specjax.models.eagle import EagleConfig, EagleHead  # noqa: E402
-from specjax.models.pure import PureModel  # noqa: E402
-from specjax.sampling import SamplingParams  # noqa: E402
-from specjax.testing import sharpened, tiny_config  # noqa: E402
-from specjax.verify import reference  # noqa: E402
 
 
 def test_bv_toy_claim_is_exact():
@@ -81,8 +80,8 @@ def test_fast_specinfer_without_matches_the_reference_with_undrafted_tokens():
     p, q = _rows_with_undrafted_tokens(2, vocab=5, rows=3, undrafted=2)
     for pr, qr in zip(p, q, strict=True):
         for n in (2, 3):
-            slow = multidraft_exact.reference_acceptance(pr, qr, n)
-            fast = multidraft_exact.acceptance(pr, qr, n)
+            slow = acceptance.reference_acceptance(pr, qr, n)
+            fast = acceptance.acceptance(pr, qr, n)
             assert max(abs(fast[k] - slow[k]) for k in fast) < 1e-12
 
 
@@ -92,9 +91,7 @@ def test_lumping_undrafted_tokens_changes_no_rate():
     assert lp.shape == (4, 8) and np.all(lq[:, -1] == 0) and np.allclose(lp.sum(axis=1), 1)
     for i in range(p.shape[0]):
         for n in (2, 3):
-            full, lumped = (
-                multidraft_exact.acceptance(a[i], b[i], n) for a, b in ((p, q), (lp, lq))
-            )
+            full, lumped = (acceptance.acceptance(a[i], b[i], n) for a, b in ((p, q), (lp, lq)))
             assert full == pytest.approx(lumped, abs=1e-12)
     for replacement in (True, False):
         full, lumped = (

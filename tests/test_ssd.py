@@ -105,8 +105,8 @@ def check_greedy_equality(pair, fan_out, backup, verifier):
     prompts = [[1, 2, 3, 1], [0, 3], [2, 2, 1, 0, 3, 3]]
     ar = generate(target, prompts, DecodeConfig("autoregressive", GREEDY, 16))
     drafter = SSDDrafter(draft, GREEDY, SSDConfig(fan_out=fan_out, backup=backup))
-    out = generate_ssd(target, prompts, DecodeConfig(verifier, GREEDY, 16), drafter)
-    assert out.tokens == ar.tokens, (verifier, fan_out, backup)
+    out = generate(target, prompts, DecodeConfig(verifier, GREEDY, 16), drafter)  # SSD's loop
+    assert out.ssd is not None and out.tokens == ar.tokens, (verifier, fan_out, backup)
     if fan_out == ALL_HIT:
         assert ssd_rates(out.ssd)["ssd_hit_rate"] == 1.0
 
@@ -249,6 +249,10 @@ def test_ssd_refuses_multipath_verifiers(v4_pair):
     drafter = SSDDrafter(draft, GREEDY, SSDConfig(fan_out=MIXED))
     with pytest.raises(ValueError, match="one chain per row"):
         generate_ssd(target, PROMPTS, DecodeConfig("specinfer", GREEDY, 4), drafter)
+    with pytest.raises(ValueError, match="an SSDDrafter runs on one device"):
+        generate(target, PROMPTS, DecodeConfig("block", GREEDY, 4), drafter, mesh=object())
+    with pytest.raises(ValueError, match="ssd_devices places an SSDDrafter"):
+        generate(target, PROMPTS, DecodeConfig("block", GREEDY, 4), None, ssd_devices=(1, 2))
     with pytest.raises(ValueError, match="fan_out_miss"):
         SSDConfig(fan_out=(1, 1, 1), fan_out_miss=(1, 1))
     with pytest.raises(ValueError, match="saguaro"):

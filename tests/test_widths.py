@@ -16,19 +16,17 @@ import pytest
 from flax import nnx
 
 from specjax import sampling
-from specjax.decode import (
+from specjax.decode import DecodeConfig, generate, programs
+from specjax.decode import widths as W
+from specjax.decode.seams import (
     PROGRAMS,
-    DecodeConfig,
     autoregressive_step,
     compile_generation,
-    generate,
     prefill_program,
     prepare,
-    programs,
     speculative_step,
     step,
 )
-from specjax.decode import widths as W
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import Llama

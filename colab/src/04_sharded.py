@@ -21,7 +21,8 @@ os.environ["JAX_PLATFORMS"] = "cpu"  # (on a GPU/TPU runtime, still emulate CPU 
 import jax
 
 from specjax import sharding
-from specjax.decode import DecodeConfig, compile_generation, generate
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.seams import compile_generation
 from specjax.drafters import ModelDrafter
 from specjax.models import load_model
 from specjax.sampling import SamplingParams

@@ -13,13 +13,13 @@
 # for both, at temperature 0 and 1, on the Shakespeare pair (L = 4).
 #
 # On one CPU both sides share the cores, so SSD's speed cannot show here (that needs the draft
-# on its own device, `generate_ssd(..., devices=(target_device, draft_device))`); the hit rate
+# on its own device, `generate(..., ssd_devices=(target_device, draft_device))`); the hit rate
 # is what decides it. Runs in about two minutes on a 2-core CPU.
 
 # %%
 import matplotlib.pyplot as plt
 
-from specjax.decode import DecodeConfig, generate, generate_ssd, ssd_rates
+from specjax.decode import DecodeConfig, generate, ssd_rates
 from specjax.drafters import SSDConfig, SSDDrafter, geometric_fan_out, uniform_fan_out
 from specjax.models import load_pretrained
 from specjax.sampling import SamplingParams
@@ -36,7 +36,7 @@ L, NEW_TOKENS = 4, 96
 # %% [markdown]
 # ## One SSD generation
 #
-# `SSDDrafter(draft, sampling, SSDConfig(fan_out=...))` with `generate_ssd` (one device: the
+# `SSDDrafter(draft, sampling, SSDConfig(fan_out=...))` with `generate` (one device: the
 # rounds fused under one `lax.while_loop`). At temperature 0 the output must equal
 # autoregressive decoding token for token.
 
@@ -46,7 +46,7 @@ config = DecodeConfig("greedy", greedy, max_new_tokens=NEW_TOKENS)
 fan_out = geometric_fan_out(10, L, alpha=0.8)  # C = 10 branches per row
 print("geometric fan-out for C = 10, F_0..F_4 =", fan_out)
 drafter = SSDDrafter(draft.model, greedy, SSDConfig(fan_out=fan_out))
-out = generate_ssd(target.model, prompts, config, drafter)
+out = generate(target.model, prompts, config, drafter)
 auto = generate(target.model, prompts, DecodeConfig("autoregressive", greedy, NEW_TOKENS))
 print("SSD output == autoregressive output:", out.tokens == auto.tokens)
 print(out.metrics.table())
@@ -79,7 +79,7 @@ for temperature in (0.0, 1.0):
                 fan = uniform_fan_out(c // (L + 1), L)
             if (temperature, fan) not in seen:
                 drafter = SSDDrafter(draft.model, sampling, SSDConfig(fan_out=fan))
-                g = generate_ssd(target.model, prompts, cfg, drafter, seed=0)
+                g = generate(target.model, prompts, cfg, drafter, seed=0)
                 rates = ssd_rates(g.ssd)
                 seen[temperature, fan] = rates["ssd_hit_rate"]
                 print(

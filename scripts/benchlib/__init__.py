@@ -1,7 +1,8 @@
 """What every ``scripts/bench_*.py`` shares: the machine and code a report ran on, timing, Markdown
 tables, and the report's command line and file.
 
-Scripts run with ``scripts/`` on ``sys.path`` and ``import benchlib``. One benchmark's own
+Scripts run with ``scripts/`` on ``sys.path`` (Python puts a script's folder there; pytest's
+``pythonpath`` setting does the same for the tests) and ``import benchlib``. One benchmark's own
 reports and plots live beside this module: ``benchlib.decode_pairs`` / ``decode_timing`` /
 ``decode_report`` (``bench_decode.py``), ``benchlib.verify_inputs`` / ``verify_report``
 (``bench_verify.py``) and ``benchlib.plots`` (every PNG).

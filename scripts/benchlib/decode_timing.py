@@ -14,11 +14,9 @@ import numpy as np
 
 import benchlib
 from specjax import sampling
-from specjax.decode import (
-    DecodeConfig,
-    Generation,
+from specjax.decode import DecodeConfig, Generation, generate
+from specjax.decode.seams import (
     compile_generation,
-    generate,
     last_tokens,
     prefill_program,
     prepare,

@@ -7,8 +7,8 @@ Scripts run with ``scripts/`` on ``sys.path`` and ``import reproducelib``. One m
 * :mod:`.chain_exact`: exact laws of the chain verifiers by enumeration (the BV paper's toy
   example, docs/algorithms.md's golden values), the full-joint optimum by linear programming, and
   a drafted block's exact expected accepted length;
-* :mod:`.multidraft_exact`: exact single-step acceptance rates of the multi-draft verifiers for
-  any vocabulary (closed forms, checked against the NumPy reference laws);
+* :mod:`.multidraft_exact`: the closed-form acceptance rates of :mod:`specjax.verify.acceptance`
+  checked against the NumPy reference laws on random pairs;
 * :mod:`.pairs`: the model pairs (the committed Shakespeare pair, SmolLM2 with a layer-truncated
   self-draft, SmolLM2 with its learned feature draft head), each with how to build its drafter,
   and their prompts;

@@ -16,7 +16,7 @@ import benchlib
 import jax
 import numpy as np
 
-from reproducelib import multidraft_exact, runs
+from reproducelib import runs
 from reproducelib.claims import Claim, Section, verdict
 from reproducelib.logged import Logged
 from reproducelib.pairs import Pair
@@ -24,7 +24,7 @@ from reproducelib.settings import Settings
 from specjax import verify
 from specjax.decode import DecodeConfig
 from specjax.sampling import SamplingParams
-from specjax.verify import synthetic
+from specjax.verify import acceptance, synthetic
 
 SAMPLED = SamplingParams(1.0)
 BE_CLAIM, TIME_CLAIM = 1.30, 0.85
@@ -78,9 +78,7 @@ def single_step(logged: Logged) -> list[tuple[int, float, float]]:
     p32, q32 = logged.p.astype(np.float32), logged.q.astype(np.float32)
     out = []
     for n in SINGLE_STEP:
-        alpha = np.mean(
-            [multidraft_exact.gbv(p, q, n) for p, q in zip(logged.p, logged.q, strict=True)]
-        )
+        alpha = np.mean([acceptance.gbv(p, q, n) for p, q in zip(logged.p, logged.q, strict=True)])
         opt = float(np.mean(verify.optimal_acceptance(p32, q32, n, replacement=True)))
         out.append((n, float(alpha), opt))
     return out

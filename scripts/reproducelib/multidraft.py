@@ -2,7 +2,7 @@
 
 At every logged position (:mod:`reproducelib.logged`) and for n drafts: the exact single-step
 acceptance of SpecInfer with and without replacement, SpecTr's k-SEQ and GBV
-(:mod:`reproducelib.multidraft_exact`), and the optimal rates alpha* with and without
+(:mod:`specjax.verify.acceptance`), and the optimal rates alpha* with and without
 replacement (:func:`specjax.verify.optimal_acceptance`). Checked per position and in aggregate:
 without replacement >= with replacement (for SpecInfer and for alpha*), and every verifier <=
 the bound of its draft sampling. The closed forms are checked against the NumPy reference laws
@@ -27,6 +27,7 @@ from reproducelib.logged import Logged
 from reproducelib.settings import Settings
 from specjax import verify
 from specjax.sampling import sample_without_replacement
+from specjax.verify import acceptance
 
 BOUND_TOLERANCE = 1e-5  # optimal_acceptance runs in float32 (about 1e-7 off, docs/algorithms.md)
 WITH = ("specinfer w/ repl.", "spectr", "gbv")  # i.i.d. drafts: bounded by alpha* with replacement
@@ -52,7 +53,7 @@ class Rates:
 
 
 def measure(logged: Logged, n: int) -> Rates:
-    per = [multidraft_exact.acceptance(p, q, n) for p, q in zip(logged.p, logged.q, strict=True)]
+    per = [acceptance.acceptance(p, q, n) for p, q in zip(logged.p, logged.q, strict=True)]
     rates = {k: np.array([r[k] for r in per]) for k in per[0]}
     p32, q32 = logged.p.astype(np.float32), logged.q.astype(np.float32)
     opt = [
@@ -285,7 +286,7 @@ def run(logs: dict[str, Logged], labels: dict[str, str], settings: Settings) -> 
     body = f"""Logged on {where or "no pair"}: the target decoded its prompts autoregressively at
 temperature 1, then target and draft read the text, and at each kept position the next-token
 laws p and q were stored. Per position and n drafts: the exact single-step acceptance α of each
-multi-draft verifier (closed forms of `reproducelib.multidraft_exact`: SpecInfer/RRS with
+multi-draft verifier (closed forms of `specjax.verify.acceptance`: SpecInfer/RRS with
 replacement, RRS without replacement by enumerating the first n − 1 draws, k-SEQ at the
 reference's ρ*, GBV at one level), and α* with and without replacement from
 `specjax.verify.optimal_acceptance`. GBV is bounded by α* with replacement (its drafts are

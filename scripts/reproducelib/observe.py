@@ -28,8 +28,8 @@ import numpy as np
 
 from reproducelib import chain_exact
 from specjax import sampling, tree
-from specjax.decode import (
-    DecodeConfig,
+from specjax.decode import DecodeConfig
+from specjax.decode.seams import (
     outputs,
     prefill_program,
     prepare,

@@ -28,7 +28,8 @@ from reproducelib.claims import (
 )
 from reproducelib.pairs import Pair
 from reproducelib.settings import Settings
-from specjax.decode import DecodeConfig, generate, generate_ssd
+from specjax.decode import DecodeConfig, generate
+from specjax.decode.seams import generate_ssd
 from specjax.decode.ssd import ssd_rates
 from specjax.drafters.fanout import parse_fan_out
 from specjax.drafters.speculation import SSDConfig

@@ -15,11 +15,11 @@ import benchlib
 import jax
 import numpy as np
 
-from reproducelib import chain_exact, multidraft_exact
+from reproducelib import chain_exact
 from reproducelib.claims import Claim, Section, as_fraction, exact, over, verdict
 from reproducelib.settings import Settings
 from specjax import verify
-from specjax.verify import reference
+from specjax.verify import acceptance, reference
 
 P_TOY, Q_TOY = (1 / 3, 2 / 3), (2 / 3, 1 / 3)
 TOY_EXPECTED = {"token": Fraction(10, 9), "block": Fraction(11, 9), "optimum": Fraction(12, 9)}
@@ -99,7 +99,7 @@ def multi_draft_rows() -> list[tuple]:
     out = []
     for p, q, k, printed in MULTI_ROWS:
         p64, q64 = np.asarray(p), np.asarray(q)
-        rates = multidraft_exact.reference_acceptance(p64, q64, k)
+        rates = acceptance.reference_acceptance(p64, q64, k)
         opt = [
             float(verify.optimal_acceptance(p64[None], q64[None], k, replacement=r)[0])
             for r in (True, False)

@@ -20,11 +20,11 @@ from specjax import sharding
 from specjax.cli import batch_job, interrupts, peers, processes, validate
 from specjax.cli.app import ERRORS, error_line
 from specjax.cli.job_files import autoregressive_config, write_outputs
-from specjax.decode import compile_cache, submesh
+from specjax.decode import compile_cache, generate, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-from specjax.decode.loop import Generation, Stream, generate
+from specjax.decode.loop import Generation, Stream
 from specjax.decode.metrics import Metrics
-from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates, ssd_table
+from specjax.decode.ssd import ssd_devices, ssd_rates, ssd_table
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.drafters.ssd import SSDDrafter
@@ -224,15 +224,8 @@ def run_checked(cfg, out=sys.stdout) -> dict:
     main = processes.is_main_process()
     out = out if main else _Silent()
     target, tokenizer, drafter, config = build(cfg, mesh, draft_mesh)
-    if cfg.mode == "ssd":
-        devices = ssd_devices(cfg.ssd_draft_device)
-        decode = lambda b, s: generate_ssd(target, b, config, drafter, s, devices, buckets)
-    elif draft_mesh is not None and config.speculative:
-        decode = lambda b, s: submesh.generate_on_submeshes(
-            target, b, config, drafter, s, mesh, draft_mesh, buckets
-        )
-    else:
-        decode = lambda b, s: generate(target, b, config, drafter, s, mesh, buckets)
+    devices = ssd_devices(cfg.ssd_draft_device) if cfg.mode == "ssd" else None
+    place = dict(mesh=mesh, buckets=buckets, draft_mesh=draft_mesh, ssd_devices=devices)
     if batch_job.is_batch_job(cfg):
         return batch_job.run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main)
     texts, prompts = read_prompts(cfg, tokenizer)
@@ -244,7 +237,7 @@ def run_checked(cfg, out=sys.stdout) -> dict:
                 _stream(target, batch, config, drafter, cfg.seed + i, tokenizer, out, buckets)
             )
         else:
-            runs.append(decode(batch, cfg.seed + i))
+            runs.append(generate(target, batch, config, drafter, cfg.seed + i, **place))
     tokens = [row for g in runs for row in g.tokens]
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}

@@ -1,8 +1,10 @@
-"""Interrupts before a CLI's own handlers exist (imports nothing heavy).
+"""Signals in the CLIs: one line and exit 128 + signal, at every phase.
 
-``python -m specjax.decode`` imports the ``specjax.decode`` package, and with it JAX, before its
-``__main__`` runs: a Ctrl-C in those seconds would end in a traceback. The package calls
-:func:`install_early` first; it acts only when this process was started as that CLI.
+Before a run's own handlers exist (imports, config loading) :func:`exit_on_signals` leaves at
+once; during the run :func:`handle_signals` unwinds it (temporary files removed); once every
+output is written :func:`outputs_complete` says so. ``python -m specjax.decode`` installs the
+first from its ``__main__`` before JAX is imported (the ``specjax.decode`` package imports
+nothing heavy and, as a library, touches no signal handler).
 """
 
 from __future__ import annotations
@@ -31,18 +33,10 @@ def exit_finished(signum, frame) -> None:
     os._exit(128 + signum)
 
 
-def started_as(module: str) -> bool:
-    """Whether the interpreter was started as ``python [options] -m <module>``."""
-    argv = list(getattr(sys, "orig_argv", []))
-    pairs = zip(argv, [*argv[1:], ""], strict=True)
-    return any((a == "-m" and b == module) or a == f"-m{module}" for a, b in pairs)
-
-
-def install_early(module: str) -> None:
-    """Installs :func:`exit_now` for SIGINT and SIGTERM if this process runs ``module``."""
-    if started_as(module):
-        signal.signal(signal.SIGINT, exit_now)
-        signal.signal(signal.SIGTERM, exit_now)
+def exit_on_signals() -> None:
+    """Installs :func:`exit_now` for SIGINT and SIGTERM."""
+    signal.signal(signal.SIGINT, exit_now)
+    signal.signal(signal.SIGTERM, exit_now)
 
 
 class Interrupted(KeyboardInterrupt):

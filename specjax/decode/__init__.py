@@ -1,91 +1,52 @@
-"""specjax.decode: the speculative decoding loop (``python -m specjax.decode --config ...``).
+"""specjax.decode: speculative decoding of whole generations (``python -m specjax.decode``).
 
-``generate`` runs a whole generation as two compiled programs (prefill, then a
-``lax.while_loop`` of steps), compiled once per shape bucket; ``Stream`` yields tokens as they are
-accepted; ``ContinuousBatch`` runs many requests through a fixed number of slots, refilling
-finished rows and yielding each ``Completion`` as it finishes (batch jobs);
-``verifier="autoregressive"`` is the baseline on the same code path.
+``generate`` runs a generation on one device, a mesh, a draft on devices of its own or with an
+SSD drafter, as compiled programs kept per shape bucket; ``Stream`` yields tokens as they are
+accepted; ``ContinuousBatch`` runs many ``Request`` s through a fixed number of slots, yielding
+each ``Completion`` as it finishes (batch jobs); ``verifier="autoregressive"`` in the
+``DecodeConfig`` is the baseline on the same code path. ``Generation`` holds tokens and
+``Metrics``; ``ssd_rates`` / ``ssd_table`` read an SSD run's counters; ``compile_cache``
+configures JAX's persistent compilation cache.
 
-Seams for benchmarks, tests and other loops: ``prepare`` (checks and pads inputs),
-``prefill_program`` / ``decode_program`` (the two programs, uncompiled), ``compile_generation``
-(the compiled programs, for HLO inspection), ``state_shardings`` / ``constrain_state`` (the
-decode state's mesh layout), ``step`` / ``verify_and_commit`` (one step, the target's half),
-``tree_inputs`` / ``verify_tree`` (the target's tree forward and its verification),
-``StepStats`` (the counters), ``generate_ssd`` / ``verify_round`` (speculative speculative
-decoding and its target half).
+The low-level seams (programs, one step, the decode state) are in :mod:`specjax.decode.seams`.
+
+Names load on first use, so importing this package (as ``python -m specjax.decode`` does before
+its ``__main__``) imports no JAX and changes no process state.
 """
 
-# ruff: noqa: E402 (the early handlers go in before the imports below load JAX)
-from specjax.cli import interrupts
+from __future__ import annotations
 
-interrupts.install_early("specjax.decode")  # only when this process is the CLI
+import importlib
+
+_WHERE = {
+    "AUTOREGRESSIVE": "config",
+    "Completion": "batching",
+    "ContinuousBatch": "batching",
+    "DecodeConfig": "config",
+    "EXACT": "buckets",
+    "Generation": "loop",
+    "Metrics": "metrics",
+    "Request": "batching",
+    "ShapeBuckets": "buckets",
+    "Stream": "loop",
+    "Timing": "metrics",
+    "generate": "generation",
+    "ssd_rates": "ssd",
+    "ssd_table": "ssd",
+}
+
+__all__ = sorted([*_WHERE, "compile_cache"])
 
 
-from specjax.decode import compile_cache
-from specjax.decode.adaptive import step
-from specjax.decode.batching import Completion, ContinuousBatch, Request
-from specjax.decode.buckets import EXACT, ShapeBuckets
-from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-from specjax.decode.inputs import PreparedBatch, prepare
-from specjax.decode.loop import Generation, Stream, compile_generation, generate, outputs
-from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.programs import (
-    PROGRAMS,
-    constrain_state,
-    decode_program,
-    prefill_program,
-    state_shardings,
-)
-from specjax.decode.ssd import generate_ssd, ssd_counts, ssd_rates, ssd_table, verify_round
-from specjax.decode.state import DecodeState, StepStats
-from specjax.decode.step import (
-    autoregressive_step,
-    init_state,
-    last_tokens,
-    speculative_step,
-    split_keys,
-    tree_inputs,
-    verify_and_commit,
-    verify_tree,
-)
+def __getattr__(name: str):
+    if name == "compile_cache":
+        return importlib.import_module("specjax.decode.compile_cache")
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"specjax.decode.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'specjax.decode' has no attribute {name!r}")
 
-__all__ = [
-    "AUTOREGRESSIVE",
-    "EXACT",
-    "PROGRAMS",
-    "Completion",
-    "ContinuousBatch",
-    "DecodeConfig",
-    "DecodeState",
-    "Generation",
-    "Metrics",
-    "PreparedBatch",
-    "Request",
-    "ShapeBuckets",
-    "StepStats",
-    "Stream",
-    "Timing",
-    "autoregressive_step",
-    "compile_cache",
-    "compile_generation",
-    "constrain_state",
-    "decode_program",
-    "generate",
-    "generate_ssd",
-    "init_state",
-    "last_tokens",
-    "outputs",
-    "prefill_program",
-    "prepare",
-    "speculative_step",
-    "split_keys",
-    "ssd_counts",
-    "ssd_rates",
-    "ssd_table",
-    "state_shardings",
-    "step",
-    "tree_inputs",
-    "verify_and_commit",
-    "verify_round",
-    "verify_tree",
-]
+
+def __dir__():
+    return __all__

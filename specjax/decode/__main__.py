@@ -10,6 +10,13 @@ Every key of the config file can be overridden as ``--config.<key>=<value>``; se
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the early handlers go in before the imports below load JAX)
+from specjax.cli import interrupts
+
+# Until decode.main() installs its own handlers, SIGINT/SIGTERM exit at once with one line (the
+# specjax.decode package imports nothing heavy, so this runs within moments of the start).
+interrupts.exit_on_signals()
+
 import sys
 
 from absl import app, logging
@@ -17,9 +24,6 @@ from ml_collections import config_flags
 
 from specjax.cli import decode
 from specjax.config_files import loaded_config, parse_flags
-
-# Until decode.main() installs its own handlers, SIGINT/SIGTERM exit at once: the package did
-# that before importing JAX (specjax.cli.interrupts.install_early).
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Decoding config file (configs/*.py).")
 

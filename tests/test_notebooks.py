@@ -110,6 +110,7 @@ def test_committed_notebooks_carry_outputs_without_errors(name):
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
 
 
+@pytest.mark.slow
 def test_quickstart_runs():
     nb, seconds = run("01_quickstart")
     text = text_of(nb)

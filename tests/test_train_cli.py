@@ -48,6 +48,7 @@ def train_target(tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_train_then_distill_export_loadable_checkpoints(tmp_path):
     target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
     out = train_target(tmp_path)

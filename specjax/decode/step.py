@@ -166,19 +166,21 @@ def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
 
 
 def verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_probs):
-    """Runs the verifier on each row with its own key (rows never share randomness)."""
+    """Runs the verifier once for the batch, each row with its own key ``keys [B]`` (rows never
+    share randomness; a row's outcome is what verifying it alone with its key gives)."""
     fn = verify.get(config.verifier)
     if config.verifier == "specinfer":
         fn = functools.partial(fn, replacement=config.replacement)
-    chain = not config.multipath
-
-    def one(key, tokens, probs, target, n):  # one row, K paths
-        if chain:
-            tokens, probs, target, n = tokens[0], probs[0], target[0], n[0]
-        result = fn(key, tokens[None], probs[None], target[None], num_draft=n[None])
-        return jax.tree.map(lambda x: x[0], result)
-
-    return jax.vmap(one)(keys, draft.tokens, draft.probs, target_probs, num_draft)
+    if config.multipath:  # [B, K, L] paths
+        return fn(keys, draft.tokens, draft.probs, target_probs, num_draft=num_draft)
+    first = lambda x: x[:, 0]  # one chain: [B, L]
+    return fn(
+        keys,
+        first(draft.tokens),
+        first(draft.probs),
+        first(target_probs),
+        num_draft=first(num_draft),
+    )
 
 
 def tree_inputs(state: DecodeState, draft_tokens: Array) -> tuple[Array, Array, Array]:

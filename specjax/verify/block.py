@@ -20,11 +20,10 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
-    correction_uniforms,
     sanitize_draft,
-    split_key,
     take_token_prob,
     valid_lengths,
+    verifier_uniforms,
 )
 from specjax.verify.rows import map_row_chunks
 from specjax.verify.token import chain_correction
@@ -76,9 +75,7 @@ def block_weights_and_stops(
 
 def block_uniforms(key: PRNGKey, batch: int, length: int, dtype) -> tuple[Array, Array]:
     """``(eta [B, L], u_y [B, 2])``: the stop tests and the emitted token's draw."""
-    key_u, key_y = split_key(key, 2)
-    eta = jax.random.uniform(key_u, (batch, length), dtype)  # for i = 1..L
-    return eta, correction_uniforms(key_y, batch, dtype)
+    return verifier_uniforms(key, batch, (length,), dtype)  # eta for i = 1..L
 
 
 def block_verify_rows(
@@ -115,7 +112,8 @@ def block_verify(
     """Block verification: the optimal lossless verifier for one draft chain.
 
     Args:
-      key: PRNG key (raw ``uint32[2]`` or typed).
+      key: PRNG key (raw ``uint32[2]`` or typed), or one per row (``[B]``: row b as if
+        verified alone with ``key[b]``).
       draft_tokens: int ``[B, L]`` drafted tokens (-1 = padding, never accepted).
       draft_probs: ``[B, L, V]``; row i is the law draft token i was sampled from.
       target_probs: ``[B, L+1, V]``; row L is the bonus distribution.

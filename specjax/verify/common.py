@@ -41,6 +41,32 @@ def split_key(key: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
     return tuple(jax.random.split(key, num))
 
 
+def is_row_keys(key: PRNGKey) -> bool:
+    """Whether ``key`` holds one key per batch row: typed ``[B]`` or raw ``uint32[B, 2]``."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key.ndim == 1
+    return key.ndim == 2
+
+
+def verifier_uniforms(key: PRNGKey, batch: int, shape: tuple, dtype) -> tuple[Array, Array]:
+    """A verifier's randomness: ``(u [B, *shape], u_y [B, 2])``, the acceptance tests and the
+    emitted token's draw (:func:`sample_with`).
+
+    ``key`` is one key for the batch, or one key per row (``[B]``; see :func:`is_row_keys`).
+    With per-row keys row b gets exactly what a batch of one verified with ``key[b]`` gets, so
+    a row's outcome depends on its own key and inputs only: decoding passes one key per row and
+    verifies the whole batch in one call.
+    """
+    if is_row_keys(key):
+        if key.shape[0] != batch:
+            raise ValueError(f"per-row keys must be [B] = [{batch}], got {tuple(key.shape)}")
+        u, u_y = jax.vmap(lambda k: verifier_uniforms(k, 1, shape, dtype))(key)
+        return u[:, 0], u_y[:, 0]
+    key_u, key_y = split_key(key, 2)
+    u = jax.random.uniform(key_u, (batch, *shape), dtype)
+    return u, correction_uniforms(key_y, batch, dtype)
+
+
 def check_chain_inputs(
     name: str,
     draft_tokens: Array,

@@ -220,7 +220,8 @@ def gbv_verify(
     """Greedy multi-path block verification over K i.i.d. draft paths.
 
     Args:
-      key: PRNG key (raw ``uint32[2]`` or typed).
+      key: PRNG key (raw ``uint32[2]`` or typed), or one per row (``[B]``: row b as if
+        verified alone with ``key[b]``).
       draft_tokens: int ``[B, K, L]`` i.i.d. draft paths (-1 = padding).
       draft_probs: ``[B, K, L, V]``; paths sharing a prefix carry identical rows for it.
       target_probs: ``[B, K, L+1, V]``; row (k, L) is the bonus distribution after path k.

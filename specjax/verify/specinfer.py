@@ -117,7 +117,8 @@ def specinfer_verify(
     """SpecInfer tree verification by recursive rejection sampling (RRS).
 
     Args:
-      key: PRNG key (raw ``uint32[2]`` or typed).
+      key: PRNG key (raw ``uint32[2]`` or typed), or one per row (``[B]``: row b as if
+        verified alone with ``key[b]``).
       draft_tokens: int ``[B, K, L]`` draft paths (-1 = padding).
       draft_probs: ``[B, K, L, V]``; row (k, i) is the law token (k, i) was drawn from. Paths
         sharing a prefix carry identical rows for it.

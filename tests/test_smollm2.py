@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 from specjax.models import config as cfgs
-from specjax.models import fetch
-from specjax.models.pretrained import load_pretrained
 
 # Token ids the Hugging Face `tokenizers` library gives with SmolLM2's own tokenizer.json.
 HF_IDS = {
@@ -21,12 +19,6 @@ HF_IDS = {
     "123 + 456 = 579": [33, 34, 35, 1232, 216, 36, 37, 38, 446, 216, 37, 39, 41],
     "你好，世界！": [18645, 250, 48392, 138, 12831, 7906, 240, 178, 239, 230, 8083, 219],
 }
-
-
-@pytest.fixture(scope="module")
-def smollm2(request):
-    path = fetch.fetch_smollm2(request.config.cache.mkdir("specjax-smollm2"), verify=True)
-    return load_pretrained(path)
 
 
 @pytest.mark.slow

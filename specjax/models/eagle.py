@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from specjax.models import attention
 from specjax.models.cache import KVCache
 from specjax.models.config import LlamaConfig
-from specjax.models.llama import attention_allowed
 from specjax.models.rope import apply_rope
 from specjax.typing import Array
 
@@ -245,7 +245,6 @@ class EagleHead(nnx.Module):
         if kv_mask is None:
             if attn_mask is None:
                 attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-            kv_mask = attention_allowed(cache.lengths, attn_mask, cache.capacity)  # [B, T, S]
         q, k, v = self.qkv(g, tokens, positions)
         rows = jnp.arange(b)[:, None]
         slots = cache.lengths[:, None] + jnp.arange(t)[None, :]
@@ -253,10 +252,16 @@ class EagleHead(nnx.Module):
         vs = cache.v.at[0, rows, slots].set(v.astype(cache.v.dtype), mode="drop")
         gq, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
         qg = q.reshape(b, t, gq, r, c.head_dim)
-        scores = jnp.einsum("btgre,bsge->bgrts", qg, ks[0]) * c.head_dim**-0.5
-        scores = jnp.where(kv_mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.einsum("bgrts,bsge->btgre", probs, vs[0]).reshape(b, t, c.num_heads, -1)
+        out = attention.attend(  # over the live window of the head's cache
+            qg,
+            ks[0],
+            vs[0],
+            cache.lengths,
+            attn_mask,
+            kv_mask,
+            scale=c.head_dim**-0.5,
+            dtype=qg.dtype,
+        ).reshape(b, t, c.num_heads, -1)
         h, logits = self.finish(g, out)
         return h, logits, KVCache(ks, vs, cache.lengths + t)
 

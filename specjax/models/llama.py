@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax.models import attention
 from specjax.models.cache import KVCache
 from specjax.models.config import LlamaConfig
 from specjax.models.rope import apply_rope
@@ -65,7 +66,8 @@ class Attention(nnx.Module):
         cache_v: Array,
         layer: int,
         lengths: Array,  # [B] committed entries before this call
-        allowed: Array,  # [B, T, S] bool: which slots each new token attends to
+        new_mask: Array,  # [B, T, T] bool: which new tokens each new token attends to
+        kv_mask: Array | None = None,  # [B, T, S] bool: which slots, replacing new_mask's
     ) -> tuple[Array, Array, Array]:
         c = self.config
         dtype = c.compute_dtype
@@ -84,12 +86,16 @@ class Attention(nnx.Module):
         cache_v = cache_v.at[layer, rows, slots].set(v.astype(cache_v.dtype), mode="drop")
         g, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, g, r, c.head_dim)  # [B, T, G, R, E]
-        scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k[layer].astype(dtype))
-        scores = scores.astype(jnp.float32)
-        scores = scores * (c.head_dim**-0.5)
-        scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, S]
-        out = jnp.einsum("bgrts,bsge->btgre", probs, cache_v[layer].astype(dtype))
+        out = attention.attend(  # [B, T, G, R, E] over the live window of the cache
+            q,
+            cache_k[layer],
+            cache_v[layer],
+            lengths,
+            new_mask,
+            kv_mask,
+            scale=c.head_dim**-0.5,
+            dtype=dtype,
+        )
         # One [B, T, H*E] x [H*E, D] product: contracting (h, e) of wo in its stored order, so
         # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
         out = out.reshape(b, t, c.num_heads * c.head_dim)
@@ -123,23 +129,6 @@ class Block(nnx.Module):
         self.attn = Attention(config, rngs=rngs)
         self.mlp_norm = RMSNorm(config)
         self.mlp = MLP(config, rngs=rngs)
-
-
-def attention_allowed(lengths: Array, attn_mask: Array, capacity: int) -> Array:
-    """``[B, T, S]``: committed slots (``< lengths``) plus the new slots that ``attn_mask`` allows.
-
-    Args:
-      lengths: int ``[B]`` committed entries.
-      attn_mask: bool ``[B, T, T]``; ``attn_mask[b, i, j]``: new token i may attend to new token j.
-      capacity: S.
-    """
-    t = attn_mask.shape[-1]
-    s = jnp.arange(capacity)[None, :]  # [1, S]
-    rel = s - lengths[:, None]  # [B, S] index among the new tokens
-    in_new = (rel >= 0) & (rel < t)
-    idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (*attn_mask.shape[:2], capacity))
-    among_new = jnp.take_along_axis(attn_mask, idx, axis=2) & in_new[:, None, :]
-    return (s < lengths[:, None])[:, None, :] | among_new
 
 
 class Llama(nnx.Module):
@@ -205,16 +194,19 @@ class Llama(nnx.Module):
             positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
         if attn_mask is None:
             attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-        if kv_mask is None:
-            allowed = attention_allowed(cache.lengths, attn_mask, cache.capacity)  # [B, T, S]
-        else:
-            allowed = kv_mask
         x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
         ks, vs = cache.k, cache.v
         hidden = {}
         for i, layer in enumerate(self.layers):
             attn_out, ks, vs = layer.attn(
-                layer.attn_norm(x), positions, ks, vs, i, cache.lengths, allowed
+                layer.attn_norm(x),
+                positions,
+                ks,
+                vs,
+                i,
+                cache.lengths,
+                attn_mask,
+                kv_mask,
             )
             x = x + attn_out
             x = x + layer.mlp(layer.mlp_norm(x))

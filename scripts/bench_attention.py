@@ -35,6 +35,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds.")
 _PROMPT = flags.DEFINE_string(
     "prompt", "Explain in three sentences why the sky is blue.", "The chat prompt."
 )
+_KINDS = flags.DEFINE_string("kinds", "autoregressive,tree", "Step kinds: autoregressive, tree.")
 _OUTPUT = flags.DEFINE_string("output", "", "Write the Markdown report here.")
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -54,7 +55,11 @@ class Case:
         batch = prepare(target, self.drafter, [prompt], config)
         self.capacity = batch.capacity  # S: the prompt bucket, max_new_tokens and the tree
         attention.MIN_WINDOW = attention.MIN_WINDOW if windowed else batch.capacity
-        prefill = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
+        # New functions for each case: jax caches traces per function, and the two attentions
+        # differ only in a module constant read while tracing.
+        prefill = jax.jit(
+            lambda *a, **kw: prefill_program(*a, **kw), static_argnames=("capacity", "buffer")
+        )
         self.state = prefill(
             target,
             self.drafter,
@@ -65,7 +70,9 @@ class Case:
             capacity=batch.capacity,
             buffer=batch.buffer,
         )
-        run = jax.jit(decode_program, static_argnames=("config", "max_steps"))
+        run = jax.jit(
+            lambda *a, **kw: decode_program(*a, **kw), static_argnames=("config", "max_steps")
+        )
         args = (target, self.drafter, self.state)
         compiled = run.lower(*args, max_steps=_STEPS.value, config=config).compile()
         attention.MIN_WINDOW = DEFAULT_WINDOW
@@ -93,7 +100,8 @@ def main(argv):
     )
     capacities = [int(c) for c in _CAPACITIES.value.split(",")]
     cases = {}
-    for kind in KINDS:
+    kinds = [k for k in KINDS if k.split()[0] in _KINDS.value.split(",")]
+    for kind in kinds:
         for capacity in capacities:
             for windowed in (True, False):
                 benchlib.log(f"compiling {kind}, S = {capacity}, windowed={windowed}")
@@ -104,7 +112,7 @@ def main(argv):
         {key: (case.seconds, 1) for key, case in cases.items()}, _ROUNDS.value
     )
     rows = []
-    for kind in KINDS:
+    for kind in kinds:
         small = statistics.median(samples[kind, capacities[0], True])
         for capacity in capacities:
             for windowed in (True, False):

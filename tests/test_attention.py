@@ -46,7 +46,18 @@ def test_the_window_equals_one_softmax_over_the_whole_cache(smallest):
     q, ck, cv, lengths, tree = random_inputs(0)
     finite = jnp.nan_to_num(ck), jnp.nan_to_num(cv)  # the dense form reads every slot
     run = jax.jit(
-        lambda *a: attention.attend(*a, scale=8**-0.5, dtype=jnp.float32, smallest=smallest)
+        lambda q, ck, cv, lengths, mask, kv=None: attention.attend(
+            q,
+            ck[None],
+            cv[None],
+            0,
+            lengths,
+            mask,
+            kv,
+            scale=8**-0.5,
+            dtype=jnp.float32,
+            smallest=smallest,
+        )
     )
     got = run(q, ck, cv, lengths, tree)
     assert np.isfinite(np.asarray(got)).all()  # no stale slot was read
@@ -66,10 +77,10 @@ def test_windows():
     assert attention.windows(600, 256) == (256, 512, 600)
 
 
-def dense_attend(q, cache_k, cache_v, lengths, new_mask, kv_mask=None, **kw):
+def dense_attend(q, cache_k, cache_v, layer, lengths, new_mask, kv_mask=None, **kw):
     """:func:`dense` in place of :func:`specjax.models.attention.attend`."""
     del kw
-    return dense(q, cache_k, cache_v, lengths, new_mask, kv_mask)
+    return dense(q, cache_k[layer], cache_v[layer], lengths, new_mask, kv_mask)
 
 
 def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab):
@@ -120,7 +131,8 @@ def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
     tokens = {}
     for smallest in (16, 1024):  # capacity 128: windows 16 .. 128, or one
         monkeypatch.setattr(attention, "MIN_WINDOW", smallest)
-        PROGRAMS.clear()  # compile anew with these windows
+        PROGRAMS.clear()  # trace and compile anew with these windows
+        jax.clear_caches()
         tokens[smallest] = generate(
             target, prompts, config, ModelDrafter(draft, config.sampling, k, 3)
         ).tokens

@@ -53,8 +53,9 @@ def allowed_slots(lengths: Array, new_mask: Array, width: int) -> Array:
 
 def attend(
     q: Array,  # [B, T, G, R, E]
-    cache_k: Array,  # [B, S, G, E] this layer's cache, the T new keys written
-    cache_v: Array,  # [B, S, G, E]
+    cache_k: Array,  # [N, B, S, G, E] the stacked cache of every layer, the T new keys written
+    cache_v: Array,  # [N, B, S, G, E]
+    layer: int,
     lengths: Array,  # [B] committed entries before this call
     new_mask: Array,  # [B, T, T] bool
     kv_mask: Array | None = None,  # [B, T, S] bool, replaces the mask built from new_mask
@@ -63,12 +64,15 @@ def attend(
     dtype,
     smallest: int | None = None,
 ) -> Array:
-    """Attention of T new tokens over the live window of the cache (module docstring).
+    """Attention of T new tokens over the live window of layer ``layer``'s cache (module
+    docstring). The whole stacked cache goes in and each window reads its own slice, so no
+    layer's cache is materialised as an operand of the switch.
 
     Args:
       q: queries (rotary embedding applied), grouped as ``[B, T, G, R, E]``.
-      cache_k: the layer's keys, this call's written at ``lengths .. lengths + T - 1``.
-      cache_v: the layer's values, likewise.
+      cache_k: every layer's keys, this call's written at ``lengths .. lengths + T - 1``.
+      cache_v: every layer's values, likewise.
+      layer: the layer (static).
       lengths: int ``[B]`` committed entries per row before this call.
       new_mask: ``new_mask[b, i, j]``: new token i attends to new token j.
       kv_mask: optional ``[B, T, S]`` mask of every slot, used as given (a draft tree grown
@@ -89,15 +93,16 @@ def attend(
                 allowed = allowed_slots(lengths, new_mask, w)  # [B, T, W]
             else:
                 allowed = kv_mask[:, :, :w]
-            scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k[:, :w].astype(dtype))
+            k, v = cache_k[layer, :, :w], cache_v[layer, :, :w]  # [B, W, G, E]
+            scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype))
             scores = scores.astype(jnp.float32) * scale
             scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, W]
-            return jnp.einsum("bgrts,bsge->btgre", probs, cache_v[:, :w].astype(dtype))
+            return jnp.einsum("bgrts,bsge->btgre", probs, v.astype(dtype))
 
         return run
 
-    sizes = windows(cache_k.shape[1], MIN_WINDOW if smallest is None else smallest)
+    sizes = windows(cache_k.shape[2], MIN_WINDOW if smallest is None else smallest)
     args = (q, cache_k, cache_v, lengths, new_mask, kv_mask)
     if len(sizes) == 1:
         return window(sizes[0])(*args)

@@ -254,8 +254,9 @@ class EagleHead(nnx.Module):
         qg = q.reshape(b, t, gq, r, c.head_dim)
         out = attention.attend(  # over the live window of the head's cache
             qg,
-            ks[0],
-            vs[0],
+            ks,
+            vs,
+            0,
             cache.lengths,
             attn_mask,
             kv_mask,

@@ -88,8 +88,9 @@ class Attention(nnx.Module):
         q = q.reshape(b, t, g, r, c.head_dim)  # [B, T, G, R, E]
         out = attention.attend(  # [B, T, G, R, E] over the live window of the cache
             q,
-            cache_k[layer],
-            cache_v[layer],
+            cache_k,
+            cache_v,
+            layer,
             lengths,
             new_mask,
             kv_mask,

@@ -123,7 +123,9 @@ def test_smollm2_logits_equal_one_softmax_over_the_cache(smollm2, monkeypatch):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("verifier,k", [("block", 1), ("gbv", 3)])
+@pytest.mark.parametrize(
+    "verifier,k", [pytest.param("block", 1, marks=pytest.mark.slow), ("gbv", 3)]
+)
 def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
     target, draft = pair(48, sigma=0.3)
     prompts = [[1, 2, 3], [5] * 30, [7, 8]]

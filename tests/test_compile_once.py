@@ -106,6 +106,7 @@ def test_compilation_cache_settings(tmp_path, monkeypatch):
         compile_cache.enable(blocker / "cache")
 
 
+@pytest.mark.slow
 def test_a_repeated_cli_run_loads_its_programs_from_the_cache(tmp_path):
     cache = tmp_path / "xla"
     env = dict(os.environ, SPECJAX_COMPILATION_CACHE=str(cache))

@@ -154,7 +154,11 @@ def ssd_law_pvalue(pair, ssd: SSDConfig, verifier: str = "token", seed: int = 7)
 @pytest.mark.parametrize(
     "verifier,ssd",
     [
-        ("block", SSDConfig(fan_out=MIXED, saguaro=0.3, saguaro_top=2)),
+        pytest.param(
+            "block",
+            SSDConfig(fan_out=MIXED, saguaro=0.3, saguaro_top=2),
+            marks=pytest.mark.slow,  # a Monte-Carlo run: the slow tier
+        ),
         pytest.param(
             "block", SSDConfig(fan_out=ALL_HIT, saguaro=0.3, saguaro_top=2), marks=pytest.mark.slow
         ),

@@ -54,6 +54,7 @@ QUICK = TrainConfig(
 )
 
 
+@pytest.mark.slow
 def test_loss_decreases_on_a_tiny_corpus(tmp_path):
     logs = []
     trainer = Trainer(byte_model(), QUICK, tmp_path, log=logs.append)
@@ -79,6 +80,7 @@ KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_then_resume_equals_uninterrupted_run(tmp_path):
     reference = Trainer(byte_model(), QUICK, tmp_path / "ref", log=lambda s: None)
     reference.fit(token_data())

@@ -99,6 +99,7 @@ def test_draft_vocab_and_windows(shard):
         assert w["mask"][u] == (nxt_ok and shard["tokens"][a + u + 1] in d2t)
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_and_resumes(target, shard, tmp_path):
     mask = eagle.response_mask(shard)
     d2t, _ = eagle.draft_vocab(shard["tokens"], mask, 24)

@@ -9,9 +9,7 @@ has appended its first result, i.e. in the middle of the decode loop, after comp
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_sharding import free_port, process_env
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 30.0  # seconds every process has to end after the signal
 START = 600.0  # seconds for both processes to start, compile and finish a first prompt
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TwoProcesses:
@@ -40,9 +34,8 @@ class TwoProcesses:
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("".join(f"prompt number {i}\n" for i in range(200)))
         self.results = tmp_path / "results.jsonl"
-        port = _free_port()
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-        env.pop("XLA_FLAGS", None)
+        port = free_port()
+        env = process_env()
         self.procs = []
         for i in range(2):
             with open(tmp_path / f"err{i}", "w") as err:

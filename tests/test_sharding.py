@@ -126,10 +126,19 @@ def test_cli_mesh_matches_single_device(tmp_path):
     assert json.loads(sharded.read_text())["tokens"] == json.loads(single.read_text())["tokens"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now (for a run's coordinator)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def process_env() -> dict:
+    """The environment of one process of a multi-process CPU run (its devices come from
+    ``num_cpu_devices``, not from this test session's ``XLA_FLAGS``)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    return env
 
 
 @pytest.mark.slow
@@ -159,9 +168,8 @@ def test_two_processes_over_a_global_mesh_match_one_process(tmp_path):
     single = tmp_path / "single.json"
     out = cli(*common, f"--config.metrics_json={single}")
     assert out.returncode == 0, out.stderr[-2000:]
-    port = _free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    port = free_port()
+    env = process_env()
     procs = [
         subprocess.Popen(
             [

@@ -50,7 +50,9 @@ class Case:
         self.tree = 0 if verifier == "autoregressive" else k * l_len
         config = DecodeConfig(verifier, GREEDY, capacity - 64 - self.tree)
         self.drafter = (
-            None if verifier == "autoregressive" else ModelDrafter(draft, GREEDY, k, l_len)
+            None
+            if verifier == "autoregressive"
+            else ModelDrafter(draft, num_paths=k, draft_len=l_len, sampling=GREEDY)
         )
         batch = prepare(target, self.drafter, [prompt], config)
         self.capacity = batch.capacity  # S: the prompt bucket, max_new_tokens and the tree

@@ -74,7 +74,7 @@ def shakespeare_job(n: int, rng: np.random.Generator):
     sampling = SamplingParams(temperature=1.0)
     stops = tuple(ord(c) for c in ".!?")
     config = DecodeConfig("block", sampling, _SHAKESPEARE_TOKENS.value, stops)
-    drafter = ModelDrafter(PureModel.of(draft), sampling, 1, 4)
+    drafter = ModelDrafter(PureModel.of(draft), num_paths=1, draft_len=4, sampling=sampling)
     return PureModel.of(target), drafter, config, texts, tokenizer
 
 
@@ -91,7 +91,7 @@ def smollm2_job(n: int, rng: np.random.Generator):
     config = DecodeConfig(
         "block", sampling, _SMOLLM2_TOKENS.value, (tokenizer.eos_id,), widths=(0, 6)
     )
-    drafter = NgramDrafter(target.config.vocab_size, 6)
+    drafter = NgramDrafter(target.config.vocab_size, draft_len=6)
     return PureModel.of(target), drafter, config, texts, tokenizer
 
 

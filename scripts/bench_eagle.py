@@ -61,7 +61,7 @@ def main(argv):
         verifier = "greedy" if temp == 0 else "block"
         configs = {"autoregressive": (DecodeConfig("autoregressive", params, n), None)}
         for l_len in map(int, _LENS.value):
-            drafter = FeatureDrafter(head, params, num_paths=1, draft_len=l_len)
+            drafter = FeatureDrafter(head, num_paths=1, draft_len=l_len, sampling=params)
             configs[f"head L={l_len}"] = (DecodeConfig(verifier, params, n), drafter)
             if _ADAPTIVE.value:
                 adaptive = DecodeConfig(verifier, params, n, widths=(0, l_len))

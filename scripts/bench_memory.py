@@ -100,7 +100,7 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     verifier = _VERIFIER.value
     if draft_name != "none":
         draft, _ = abstract(draft_name, _DRAFT_TP.value)
-        drafter = ModelDrafter(draft, sampling, k, l_len)
+        drafter = ModelDrafter(draft, num_paths=k, draft_len=l_len, sampling=sampling)
     else:
         verifier, k, l_len = "autoregressive", 1, 0
     config = DecodeConfig(verifier, sampling, max_new_tokens=64)

@@ -184,12 +184,12 @@ def smollm2_rows(torch, transformers) -> tuple[list[Row], int]:
         for l in map(int, value("ngram_lens")):
             kwargs = dict(prompt_lookup_num_tokens=l)
             for k in sorted({1, value("tree_paths")} - {0}):  # K = 1: a chain; K > 1: a tree
-                drafter = NgramDrafter(vocab, l, max_ngram=3, min_ngram=1, num_paths=k)
+                drafter = NgramDrafter(vocab, num_paths=k, draft_len=l, max_ngram=3, min_ngram=1)
                 method = f"prompt lookup L={l}" + (f", tree K={k}" if k > 1 else "")
                 rows.append(row(method, drafter=drafter, hf_kwargs=kwargs))
         if head is not None:  # transformers has no EAGLE head: its counterpart is plain generate
             for l in map(int, value("head_lens")):
-                drafter = FeatureDrafter(head, GREEDY, num_paths=1, draft_len=l)
+                drafter = FeatureDrafter(head, num_paths=1, draft_len=l, sampling=GREEDY)
                 rows.append(row(f"learned head L={l} (HF: generate)", drafter=drafter))
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(pre.params))
     return rows, weight_bytes
@@ -221,7 +221,7 @@ def shakespeare_rows(torch, transformers, tmp: pathlib.Path) -> tuple[list[Row],
         row = functools.partial(Row, "Shakespeare", prompt, ids=ids, target=target, hf=hf["target"])
         rows.append(row("autoregressive", drafter=None))
         for l in map(int, value("draft_lens")):
-            drafter = ModelDrafter(draft, GREEDY, num_paths=1, draft_len=l)
+            drafter = ModelDrafter(draft, num_paths=1, draft_len=l, sampling=GREEDY)
             for what, assistant in (("default", hf["draft"]), (f"fixed L={l}", fixed[l])):
                 method = f"draft model L={l} vs HF assisted {what}"
                 kwargs = dict(assistant_model=assistant)

@@ -86,7 +86,7 @@ def measure(name: str, quick: bool) -> list[list[str]]:
         verifier = "greedy" if temperature == 0 else "block"
         cfg = DecodeConfig(verifier, params, new)
         fan = parse_fan_out(family, l_len, budget, 0.8)
-        drafter = SSDDrafter(draft, params, SSDConfig(fan_out=fan, saguaro=factor))
+        drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan, saguaro=factor), sampling=params)
         out = generate_ssd(target, prompts, cfg, drafter, seed=0)
         same = "—"
         if temperature == 0:

@@ -37,6 +37,10 @@ _WINDOW = flags.DEFINE_integer("window", 8, "steps per column of the width-over-
 _SHAKESPEARE_NEW = flags.DEFINE_integer("shakespeare_tokens", 200, "tokens per Shakespeare run")
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
+_ONLY = flags.DEFINE_list("only", [], "SmolLM2 prompts whose names contain one of these (all: [])")
+_PARTS = flags.DEFINE_list(
+    "parts", ["speed", "traces", "shakespeare", "overhead"], "which sections to run"
+)
 
 SKY = "Explain in three sentences why the sky is blue."
 SWITCH = f"Repeat this paragraph word for word, then write a short poem about it.\n\n{PARAGRAPH}"
@@ -47,13 +51,15 @@ def prompts() -> dict[str, str]:
     out = {f"peers {k}": v for k, v in CHATS.items()} | {"sky": SKY}
     for q in mtbench_questions()[: _MTBENCH.value]:
         out[f"mt{q['question_id']} {q['category']}"] = q["turns"][0]
+    if _ONLY.value:
+        out = {k: v for k, v in out.items() if any(part in k for part in _ONLY.value)}
     return out
 
 
 def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
     """Interleaved AR / fixed / adaptive runs per prompt."""
     greedy = SamplingParams(temperature=0.0)
-    ngram = NgramDrafter(target.config.vocab_size, l_len)
+    ngram = NgramDrafter(target.config.vocab_size, draft_len=l_len)
     configs = {
         "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),
         f"fixed L={l_len}": (DecodeConfig("block", greedy, n), ngram),
@@ -109,7 +115,7 @@ def shakespeare_table(n: int) -> list[dict]:
     records = []
     for temp in (0.0, 1.0):
         params = SamplingParams(temperature=temp)
-        drafter = ModelDrafter(draft, params, 1, 4)
+        drafter = ModelDrafter(draft, num_paths=1, draft_len=4, sampling=params)
         configs = {
             "autoregressive": (DecodeConfig("autoregressive", params, n), None),
             "fixed L=4": (DecodeConfig("block", params, n), drafter),
@@ -133,11 +139,13 @@ def width0_overhead(target, module, tok, n: int, l_len: int) -> dict[str, float]
         "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),
         "n-gram, width 0": (
             DecodeConfig("block", greedy, n, **never),
-            NgramDrafter(target.config.vocab_size, l_len),
+            NgramDrafter(target.config.vocab_size, draft_len=l_len),
         ),
         "2-layer self-draft, width 0": (
             DecodeConfig("block", greedy, n, **never),
-            ModelDrafter(PureModel.of(truncated(module, 2)), greedy, 1, l_len),
+            ModelDrafter(
+                PureModel.of(truncated(module, 2)), num_paths=1, draft_len=l_len, sampling=greedy
+            ),
         ),
     }
     records = interleaved("overhead", ids, target, configs)
@@ -149,8 +157,10 @@ def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, list[
     greedy = SamplingParams(temperature=0.0)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": SWITCH}]))
     drafters = {
-        "n-gram": NgramDrafter(target.config.vocab_size, l_len),
-        "self-draft (8 layers)": ModelDrafter(PureModel.of(truncated(module, 8)), greedy, 1, l_len),
+        "n-gram": NgramDrafter(target.config.vocab_size, draft_len=l_len),
+        "self-draft (8 layers)": ModelDrafter(
+            PureModel.of(truncated(module, 8)), num_paths=1, draft_len=l_len, sampling=greedy
+        ),
     }
     traces = {}
     for name, drafter in drafters.items():
@@ -169,14 +179,19 @@ def main(argv):
     pre = load_pretrained(fetch_smollm2())
     target, tok = PureModel.of(pre.model), pre.tokenizer
     n, l_len = _NEW.value, _LEN.value
-    records = speed_table(target, tok, n, l_len)
-    traces = widths_over_time(target, pre.model, tok, n, l_len)
-    shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value)
-    overhead = width0_overhead(target, pre.model, tok, n, l_len)
-    report = render(records, traces, l_len) + "\n" + render_pair(shakespeare)
-    report += "\n\nTime over autoregressive time, steps that never speculate: " + ", ".join(
-        f"{k} {v:.3f}" for k, v in overhead.items()
-    )
+    parts = set(_PARTS.value)
+    records = speed_table(target, tok, n, l_len) if "speed" in parts else []
+    traces = widths_over_time(target, pre.model, tok, n, l_len) if "traces" in parts else {}
+    shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value) if "shakespeare" in parts else []
+    report = render(records, traces, l_len) if records or traces else ""
+    report = report or f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n"
+    if shakespeare:
+        report += "\n" + render_pair(shakespeare)
+    if "overhead" in parts:
+        overhead = width0_overhead(target, pre.model, tok, n, l_len)
+        report += "\n\nTime over autoregressive time, steps that never speculate: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in overhead.items()
+        )
     print(report)
     benchlib.write_report(report, _OUTPUT.value)
     if _JSON.value:

@@ -51,14 +51,18 @@ def measured() -> tuple[Latencies, Rates, dict]:
     params, l_len, new = SamplingParams(0.0), 4, _NEW_TOKENS.value
     cfg = DecodeConfig("greedy", params, new)
     fan = geometric_fan_out(_BUDGET.value, l_len)
-    drafter = SSDDrafter(draft, params, SSDConfig(fan_out=fan))
+    drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan), sampling=params)
     device = jax.devices()[0]
     profile: dict = {}
     for _ in range(2):  # the first run compiles; keep the second's profile
         profile.clear()
         out = generate_ssd(target, prompts, cfg, drafter, devices=(device, device), profile=profile)
-    sd = generate(target, prompts, cfg, ModelDrafter(draft, params, 1, l_len))
-    sd = generate(target, prompts, cfg, ModelDrafter(draft, params, 1, l_len))
+    sd = generate(
+        target, prompts, cfg, ModelDrafter(draft, num_paths=1, draft_len=l_len, sampling=params)
+    )
+    sd = generate(
+        target, prompts, cfg, ModelDrafter(draft, num_paths=1, draft_len=l_len, sampling=params)
+    )
     ar = generate(target, prompts, DecodeConfig("autoregressive", params, new))
     ar = generate(target, prompts, DecodeConfig("autoregressive", params, new))
     mean = lambda xs: sum(xs) / max(len(xs), 1)

@@ -46,7 +46,7 @@ def main(which: str) -> None:
         w_down = s_target.module.layers[0].mlp.w_down[...]  # [F, D] row-parallel
         assert sharding.shard_shapes(w_down)[0] == (16, 32)
         assert sharding.shard_shapes(s_draft_rep.module.embed[...])[0] == (48, 32)
-        drafter = ModelDrafter(s_draft_tp, GREEDY, 3, 2)
+        drafter = ModelDrafter(s_draft_tp, num_paths=3, draft_len=2, sampling=GREEDY)
         cfg = DecodeConfig("gbv", GREEDY, 8)
         b = prepare(s_target, drafter, PROMPTS, cfg, batch_multiple=2)
         rows = lambda x: sharding.put(x, sharding.batch_sharding(mesh, x.ndim))
@@ -79,9 +79,17 @@ def main(which: str) -> None:
             cases = [("block", 1), ("gbv", 3)]
         for verifier, k in cases:
             cfg = DecodeConfig(verifier, GREEDY, 16)
-            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3)).tokens
+            want = generate(
+                target, PROMPTS, cfg, ModelDrafter(draft, num_paths=k, draft_len=3, sampling=GREEDY)
+            ).tokens
             d = s_draft_tp if k == 3 else s_draft_rep
-            got = generate(s_target, PROMPTS, cfg, ModelDrafter(d, GREEDY, k, 3), mesh=mesh)
+            got = generate(
+                s_target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(d, num_paths=k, draft_len=3, sampling=GREEDY),
+                mesh=mesh,
+            )
             assert got.tokens == want, (verifier, k, got.tokens, want)
         ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 16)).tokens
         assert ar == want
@@ -91,9 +99,20 @@ def main(which: str) -> None:
         t1 = SamplingParams(1.0)
         for verifier, k in [("block", 1), ("specinfer", 2)]:
             cfg = DecodeConfig(verifier, t1, 16)
-            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, t1, k, 3), seed=3).tokens
+            want = generate(
+                target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(draft, num_paths=k, draft_len=3, sampling=t1),
+                seed=3,
+            ).tokens
             got = generate(
-                s_target, PROMPTS, cfg, ModelDrafter(s_draft_rep, t1, k, 3), seed=3, mesh=mesh
+                s_target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(s_draft_rep, num_paths=k, draft_len=3, sampling=t1),
+                seed=3,
+                mesh=mesh,
             ).tokens
             assert got == want, (verifier, got, want)
         print("sampled-ok")
@@ -108,9 +127,20 @@ def main(which: str) -> None:
         s_head.embed = type(s_head.embed)(s_target.module.embed[...])  # the target's, as the CLI
         for params, verifier, k in [(GREEDY, "block", 1), (SamplingParams(1.0), "gbv", 3)]:
             cfg = DecodeConfig(verifier, params, 16)
-            want = generate(target, PROMPTS, cfg, FeatureDrafter(head, params, k, 3), seed=2)
+            want = generate(
+                target,
+                PROMPTS,
+                cfg,
+                FeatureDrafter(head, num_paths=k, draft_len=3, sampling=params),
+                seed=2,
+            )
             got = generate(
-                s_target, PROMPTS, cfg, FeatureDrafter(s_head, params, k, 3), seed=2, mesh=mesh
+                s_target,
+                PROMPTS,
+                cfg,
+                FeatureDrafter(s_head, num_paths=k, draft_len=3, sampling=params),
+                seed=2,
+                mesh=mesh,
             )
             assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
         print("feature-ok")
@@ -122,9 +152,22 @@ def main(which: str) -> None:
             (GREEDY, "block", 1, "auto"),
         ]:
             cfg = DecodeConfig(verifier, params, 16, widths=(0, 1, 3), width_policy=policy)
-            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, params, k, 3), seed=4)
+            want = generate(
+                target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(draft, num_paths=k, draft_len=3, sampling=params),
+                seed=4,
+            )
             d = s_draft_tp if k == 3 else s_draft_rep
-            got = generate(s_target, PROMPTS, cfg, ModelDrafter(d, params, k, 3), seed=4, mesh=mesh)
+            got = generate(
+                s_target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(d, num_paths=k, draft_len=3, sampling=params),
+                seed=4,
+                mesh=mesh,
+            )
             assert got.tokens == want.tokens, (verifier, policy, got.tokens, want.tokens)
             assert sum(got.metrics.width_steps.values()) == got.metrics.target_forwards
         print("widths-ok")
@@ -139,8 +182,14 @@ def main(which: str) -> None:
         assert set(d_on.module.embed[...].sharding.device_set) == set(d_mesh.devices.flat)
         for params, verifier, k in [(GREEDY, "block", 1), (SamplingParams(1.0), "gbv", 2)]:
             cfg = DecodeConfig(verifier, params, 16)
-            want = generate(target, PROMPTS, cfg, ModelDrafter(draft, params, k, 3), seed=5)
-            drafter = ModelDrafter(d_on, params, k, 3)
+            want = generate(
+                target,
+                PROMPTS,
+                cfg,
+                ModelDrafter(draft, num_paths=k, draft_len=3, sampling=params),
+                seed=5,
+            )
+            drafter = ModelDrafter(d_on, num_paths=k, draft_len=3, sampling=params)
             got = generate(t_on, PROMPTS, cfg, drafter, 5, t_mesh, draft_mesh=d_mesh)
             assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
             assert got.metrics.steps == want.metrics.steps
@@ -193,7 +242,7 @@ def main(which: str) -> None:
             ("spectr", 2, SamplingParams(1.0)),
         ]:
             cfg = DecodeConfig(verifier, params, 8)
-            drafter = ModelDrafter(d_on, params, k, 3)
+            drafter = ModelDrafter(d_on, num_paths=k, draft_len=3, sampling=params)
             _, hlo = compile_generation(t_on, PROMPTS, cfg, drafter, mesh)
             full = [
                 line

@@ -30,7 +30,9 @@ def equal(cases=((0.0, "jit"), (0.0, "ngram"), (1.0, "jit"), (1.0, "ngram"))) ->
     devices = (jax.devices()[0], jax.devices()[1])
     for temperature, backup in cases:
         params = sampling.SamplingParams(temperature)
-        drafter = SSDDrafter(draft, params, SSDConfig(fan_out=(2, 2, 1, 1, 2), backup=backup))
+        drafter = SSDDrafter(
+            draft, ssd=SSDConfig(fan_out=(2, 2, 1, 1, 2), backup=backup), sampling=params
+        )
         verifier = "greedy" if temperature == 0 else "block"
         cfg = DecodeConfig(verifier, params, 24)
         fused = generate_ssd(target, PROMPTS, cfg, drafter, seed=3)
@@ -72,7 +74,7 @@ def overlap() -> None:
     delay = 0.2
     target, draft = pair(vocab=48, sigma=0.02)
     params = sampling.SamplingParams(0.0)
-    drafter = SSDDrafter(draft, params, SSDConfig(fan_out=(2, 2, 1, 1, 2)))
+    drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=(2, 2, 1, 1, 2)), sampling=params)
     cfg = DecodeConfig("greedy", params, 24)
     ssd.verify_round = _slept(ssd.verify_round, delay)
     ssd.build = _slept(ssd.build, delay)

@@ -136,7 +136,10 @@ def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
         PROGRAMS.clear()  # trace and compile anew with these windows
         jax.clear_caches()
         tokens[smallest] = generate(
-            target, prompts, config, ModelDrafter(draft, config.sampling, k, 3)
+            target,
+            prompts,
+            config,
+            ModelDrafter(draft, num_paths=k, draft_len=3, sampling=config.sampling),
         ).tokens
     assert tokens[16] == tokens[1024]
     ar = generate(target, prompts, DecodeConfig("autoregressive", config.sampling, 60)).tokens

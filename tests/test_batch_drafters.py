@@ -45,12 +45,16 @@ def drafter_for(kind: str, target, k: int, replacement: bool = True):
     pure = PureModel.of(target)
     if kind == "model":
         draft = PureModel.of(perturbed(target, 0.3, 1))
-        return ModelDrafter(draft, GREEDY, k, 3, replacement)
+        return ModelDrafter(
+            draft, num_paths=k, draft_len=3, sampling=GREEDY, replacement=replacement
+        )
     if kind == "self":
-        return ModelDrafter(PureModel.of(truncated(target, 1)), GREEDY, k, 3)
+        return ModelDrafter(
+            PureModel.of(truncated(target, 1)), num_paths=k, draft_len=3, sampling=GREEDY
+        )
     if kind == "ngram":
-        return NgramDrafter(12, 3, num_paths=k)
-    return FeatureDrafter(random_head(pure, 8), GREEDY, num_paths=k, draft_len=3)
+        return NgramDrafter(12, num_paths=k, draft_len=3)
+    return FeatureDrafter(random_head(pure, 8), num_paths=k, draft_len=3, sampling=GREEDY)
 
 
 CASES = [
@@ -75,7 +79,7 @@ def test_greedy_batch_equals_autoregressive(
     target, prompts, autoregressive, kind, verifier, k, replacement, widths
 ):
     drafter = drafter_for(kind, target, k, replacement)
-    config = DecodeConfig(verifier, GREEDY, NEW, (STOP,), replacement, widths, "random")
+    config = DecodeConfig(verifier, GREEDY, NEW, (STOP,), widths=widths, width_policy="random")
     engine = ContinuousBatch(PureModel.of(target), drafter, config, slots=3)
     done = {c.id: c for c in engine.run([Request(i, p) for i, p in enumerate(prompts)])}
     assert [done[i].token_ids for i in range(len(prompts))] == autoregressive

@@ -56,7 +56,7 @@ def test_padding_never_changes_the_output(models, temperature):
     target, draft = models
     params = SamplingParams(temperature)
     cfg = DecodeConfig("block", params, max_new_tokens=12)
-    drafter = ModelDrafter(draft, params, 1, 3)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     exact = generate(target, PROMPTS, cfg, drafter, seed=5, buckets=EXACT)
     padded = generate(target, PROMPTS, cfg, drafter, seed=5)  # batch 3 -> 4, prompts -> 64
     assert padded.tokens == exact.tokens
@@ -67,7 +67,7 @@ def test_padding_never_changes_the_output(models, temperature):
 def test_prompts_of_four_lengths_compile_two_programs(models):
     target, draft = models
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=6)
-    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     before = PROGRAMS.compiled
     runs = [generate(target, [p], cfg, drafter) for p in ([1] * 7, [2] * 8, [3] * 12, [4] * 42)]
     runs.append(generate(target, [[1] * 7], cfg, drafter))
@@ -81,7 +81,9 @@ def test_prompts_of_four_lengths_compile_two_programs(models):
 def test_metrics_report_compile_first_token_and_decode_rate_apart(models):
     target, draft = models
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=10)
-    m = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, 1, 3)).metrics
+    m = generate(
+        target, PROMPTS, cfg, ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    ).metrics
     assert 0 < m.time_to_first_token < m.seconds
     assert m.decode_tokens > 0 and m.decode_tokens < m.generated_tokens
     assert math.isclose(m.decode_tokens_per_second, m.decode_tokens / m.decode_seconds)

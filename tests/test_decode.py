@@ -4,6 +4,9 @@ independence, drafters and tree drafting."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +16,7 @@ from flax import nnx
 from specjax import sampling
 from specjax.decode import DecodeConfig, Stream, generate
 from specjax.decode.seams import prefill_program, prepare, step
-from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter, SSDConfig, SSDDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
@@ -65,7 +68,9 @@ def _stop_token(rows):
 def test_greedy_speculative_equals_autoregressive(models, autoregressive, verifier, k):
     target, draft = models
     cfg = DecodeConfig(verifier, GREEDY, max_new_tokens=30)
-    out = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3))
+    out = generate(
+        target, PROMPTS, cfg, ModelDrafter(draft, num_paths=k, draft_len=3, sampling=GREEDY)
+    )
     assert out.tokens == autoregressive
     hist = out.metrics.accepted_length_histogram
     assert hist[0] > 0 and hist[-1] > 0  # both rejections and whole accepted drafts occurred
@@ -73,7 +78,9 @@ def test_greedy_speculative_equals_autoregressive(models, autoregressive, verifi
     stop = _stop_token(autoregressive)  # EOS reached mid-draft
     cfg = DecodeConfig(verifier, GREEDY, max_new_tokens=30, stop_tokens=(stop,))
     ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 30, (stop,)))
-    out = generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 3))
+    out = generate(
+        target, PROMPTS, cfg, ModelDrafter(draft, num_paths=k, draft_len=3, sampling=GREEDY)
+    )
     assert out.tokens == ar.tokens
     assert ar.tokens[0][-1] == stop and len(ar.tokens[0]) < 30
 
@@ -86,13 +93,15 @@ def test_a_drafter_with_a_nan_weight_at_temperature_0(models, autoregressive):
     leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(jnp.nan)
     broken = PureModel(draft.graphdef, jax.tree.unflatten(treedef, leaves))
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=30)
-    out = generate(target, PROMPTS, cfg, ModelDrafter(broken, GREEDY, 1, 3))
+    out = generate(
+        target, PROMPTS, cfg, ModelDrafter(broken, num_paths=1, draft_len=3, sampling=GREEDY)
+    )
     assert out.tokens == autoregressive
 
 
 def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     target, draft = models
-    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=30)
     state = initial_state(target, drafter, cfg, seed=0)
     mixed = False
@@ -160,7 +169,9 @@ def test_same_seed_same_output_and_rows_independent(models):
     target, draft = models
     t1 = SamplingParams(1.0)
     cfg = DecodeConfig("gbv", t1, max_new_tokens=20)
-    run = lambda prompts, seed: generate(target, prompts, cfg, ModelDrafter(draft, t1, 2, 3), seed)
+    run = lambda prompts, seed: generate(
+        target, prompts, cfg, ModelDrafter(draft, num_paths=2, draft_len=3, sampling=t1), seed
+    )
     a = run(PROMPTS, 7).tokens
     assert a == run(PROMPTS, 7).tokens
     assert a != run(PROMPTS, 8).tokens
@@ -171,7 +182,10 @@ def test_same_seed_same_output_and_rows_independent(models):
 def test_stream_yields_the_same_tokens_as_generate(models, autoregressive):
     target, draft = models
     stream = Stream(
-        target, PROMPTS, DecodeConfig("block", GREEDY, 30), ModelDrafter(draft, GREEDY, 1, 3)
+        target,
+        PROMPTS,
+        DecodeConfig("block", GREEDY, 30),
+        ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY),
     )
     rows = [[] for _ in PROMPTS]
     for new in stream:
@@ -183,7 +197,10 @@ def test_stream_yields_the_same_tokens_as_generate(models, autoregressive):
 def test_max_new_tokens_and_metrics(models):
     target, draft = models
     out = generate(
-        target, PROMPTS, DecodeConfig("block", GREEDY, 7), ModelDrafter(draft, GREEDY, 1, 3)
+        target,
+        PROMPTS,
+        DecodeConfig("block", GREEDY, 7),
+        ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY),
     )
     assert [len(r) for r in out.tokens] == [7, 7, 7]
     m = out.metrics
@@ -197,7 +214,7 @@ def test_tree_drafting_matches_chain_scoring(models):
     """Each of K tree-grown paths gets exactly the draft laws of scoring that path alone."""
     _, draft = models
     t1 = SamplingParams(1.0)
-    drafter = ModelDrafter(draft, t1, num_paths=3, draft_len=4)
+    drafter = ModelDrafter(draft, num_paths=3, draft_len=4, sampling=t1)
     cfg = DecodeConfig("gbv", t1, 10)
     state = initial_state(draft, drafter, cfg, seed=3)
     propose = jax.jit(drafter.propose)
@@ -215,8 +232,8 @@ def test_tree_drafting_matches_chain_scoring(models):
 def test_without_replacement_root_children_are_distinct(models):
     _, draft = models
     t1 = SamplingParams(1.0)
-    drafter = ModelDrafter(draft, t1, num_paths=4, draft_len=2, replacement=False)
-    cfg = DecodeConfig("specinfer", t1, 10, replacement=False)
+    drafter = ModelDrafter(draft, num_paths=4, draft_len=2, sampling=t1, replacement=False)
+    cfg = DecodeConfig("specinfer", t1, 10)
     state = initial_state(draft, drafter, cfg, seed=3)
     out, _ = drafter.propose(state.draft_state, state.keys, state.tokens, state.lengths)
     for b in range(3):
@@ -231,7 +248,10 @@ def test_self_draft_is_the_first_layers(models):
     g = SamplingParams(0.0)
     ar = generate(target, PROMPTS, DecodeConfig("autoregressive", g, 12))
     out = generate(
-        target, PROMPTS, DecodeConfig("block", g, 12), ModelDrafter(PureModel.of(draft), g, 1, 2)
+        target,
+        PROMPTS,
+        DecodeConfig("block", g, 12),
+        ModelDrafter(PureModel.of(draft), num_paths=1, draft_len=2, sampling=g),
     )
     assert out.tokens == ar.tokens
 
@@ -241,22 +261,54 @@ def test_self_draft_is_the_first_layers(models):
     [
         (dict(verifier="nope"), "unknown verifier"),
         (dict(verifier="block", num_paths=2), "verifies one chain"),
-        (dict(verifier="gbv", replacement=False), "i.i.d."),
+        (dict(verifier="gbv", num_paths=2, replacement=False), "i.i.d."),
         (dict(verifier="greedy", sampling=SamplingParams(1.0)), "temperature 0 only"),
     ],
 )
 def test_bad_configurations_fail_clearly(models, kwargs, message):
     target, draft = models
     with pytest.raises(ValueError, match=message):
-        k = kwargs.pop("num_paths", 1)
-        cfg = DecodeConfig(**kwargs)
-        generate(target, PROMPTS, cfg, ModelDrafter(draft, GREEDY, k, 2))
+        shape = dict(num_paths=kwargs.pop("num_paths", 1), draft_len=2)
+        drafter = ModelDrafter(
+            draft, **shape, sampling=GREEDY, replacement=kwargs.pop("replacement", True)
+        )
+        generate(target, PROMPTS, DecodeConfig(**kwargs), drafter)
+
+
+def test_drafter_knobs_are_keywords_and_replacement_is_the_drafters(models):
+    """Every drafter takes its model (or V) positionally and its knobs by keyword, in one order;
+    how sibling paths were drawn is the drafter's ``replacement`` alone (no DecodeConfig field),
+    checked against the verifier before anything compiles."""
+    target, draft = models
+    for positional in (
+        lambda: ModelDrafter(draft, GREEDY, 1, 3),
+        lambda: NgramDrafter(16, 3),
+        lambda: FeatureDrafter(draft, GREEDY),
+        lambda: SSDDrafter(draft, SSDConfig(), GREEDY),
+    ):
+        with pytest.raises(TypeError, match="positional"):
+            positional()
+    last = {ModelDrafter: "replacement", NgramDrafter: "replacement", FeatureDrafter: "sampling"}
+    for cls, final in last.items():
+        first, *knobs = inspect.signature(cls).parameters.values()
+        assert first.kind is first.POSITIONAL_OR_KEYWORD
+        assert all(p.kind is p.KEYWORD_ONLY for p in knobs), cls
+        names = [p.name for p in knobs]
+        assert names[:2] == ["num_paths", "draft_len"] and names[-1] == final, cls
+    assert "replacement" not in {f.name for f in dataclasses.fields(DecodeConfig)}
+    with pytest.raises(TypeError, match="replacement"):
+        DecodeConfig("specinfer", GREEDY, 8, replacement=False)
+    wor = ModelDrafter(draft, num_paths=3, draft_len=2, sampling=GREEDY, replacement=False)
+    assert dataclasses.replace(wor, draft_len=1).replacement is False  # what widths narrow
+    prepare(target, wor, PROMPTS, DecodeConfig("specinfer", GREEDY, 8))  # accepted
+    with pytest.raises(ValueError, match="set replacement=True on the drafter"):
+        prepare(target, wor, PROMPTS, DecodeConfig("gbv", GREEDY, 8))
 
 
 def test_bad_inputs_fail_clearly(models):
     target, draft = models
     cfg = DecodeConfig("block", GREEDY, 10)
-    drafter = ModelDrafter(draft, GREEDY, 1, 2)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=2, sampling=GREEDY)
     with pytest.raises(ValueError, match="exceed the model's max_seq_len"):
         generate(target, [[1] * 250], cfg, drafter)
     with pytest.raises(ValueError, match="empty"):
@@ -264,7 +316,7 @@ def test_bad_inputs_fail_clearly(models):
     with pytest.raises(ValueError, match="outside"):
         generate(target, [[1, 99]], cfg, drafter)
     with pytest.raises(ValueError, match="share one tokenizer"):
-        generate(target, [[1]], cfg, NgramDrafter(50, 2))
+        generate(target, [[1]], cfg, NgramDrafter(50, draft_len=2))
     with pytest.raises(ValueError, match="share one tokenizer"):
         other = PureModel.of(Llama(tiny_config(vocab=50), rngs=nnx.Rngs(0)))
-        generate(target, [[1]], cfg, ModelDrafter(other, GREEDY, 1, 2))
+        generate(target, [[1]], cfg, ModelDrafter(other, num_paths=1, draft_len=2, sampling=GREEDY))

@@ -81,11 +81,13 @@ def test_generated_sequences_follow_the_target_law(
 ):
     target, draft = pair
     params = sampling.SamplingParams(**{"temperature": 1.0, **sampling_kw})
-    cfg = DecodeConfig(verifier, params, max_new_tokens=NEW, replacement=replacement)
+    cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
     if drafter == "ngram":
         d = NgramDrafter(V, draft_len=l_len)
     else:
-        d = ModelDrafter(draft, params, k, l_len, replacement)
+        d = ModelDrafter(
+            draft, num_paths=k, draft_len=l_len, sampling=params, replacement=replacement
+        )
     out = generate(target, [PROMPT] * ROWS, cfg, d, seed=2024)
     assert all(len(r) == NEW for r in out.tokens)
     if verifier != "autoregressive":
@@ -110,7 +112,7 @@ def test_the_test_detects_a_biased_sampler(pair):
     target, draft = pair
     params = sampling.SamplingParams(1.0)
     cfg = DecodeConfig("block", params, max_new_tokens=NEW)
-    lying = LyingDrafter(draft, params, 1, 2)
+    lying = LyingDrafter(draft, num_paths=1, draft_len=2, sampling=params)
     out = generate(target, [PROMPT] * ROWS, cfg, lying, seed=1)
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
 
@@ -128,7 +130,13 @@ def test_a_drafter_with_nan_weights_keeps_the_target_law(pair):
     joint = exact_joint(target, params)
     for verifier, k in (("block", 1), ("gbv", 2)):
         cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
-        out = generate(target, [PROMPT] * 400, cfg, ModelDrafter(draft, params, k, 2), seed=5)
+        out = generate(
+            target,
+            [PROMPT] * 400,
+            cfg,
+            ModelDrafter(draft, num_paths=k, draft_len=2, sampling=params),
+            seed=5,
+        )
         m = out.metrics
         assert m.acceptance_rate == 0.0 and m.proposed_tokens == 0, verifier
         assert m.invalid_drafts == m.steps > 0, verifier

@@ -41,7 +41,7 @@ def test_generate_and_stream_raise_one_error(broken):
     still gives a one-hot law. This config is the CLI's below, so both share programs.)"""
     sampling = SamplingParams(temperature=1.0)
     config = DecodeConfig("block", sampling, max_new_tokens=8, widths=(0, 4))
-    drafter = NgramDrafter(256, 4)
+    drafter = NgramDrafter(256, draft_len=4)
     with pytest.raises(NonFiniteTarget, match="target model's logits were not finite") as err:
         generate(broken, [[1, 2, 3], [4, 5]], config, drafter)
     assert "\n" not in error_line(err.value)

@@ -51,7 +51,7 @@ def autoregressive(target):
 
 @pytest.mark.parametrize("verifier,k", [("block", 1), ("greedy", 1), ("gbv", 3)])
 def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifier, k):
-    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=k, draft_len=3)
+    drafter = FeatureDrafter(random_head(target, 8), num_paths=k, draft_len=3, sampling=GREEDY)
     out = generate(target, PROMPTS, DecodeConfig(verifier, GREEDY, 24), drafter)
     assert out.tokens == autoregressive
     hist = out.metrics.accepted_length_histogram
@@ -61,7 +61,7 @@ def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifi
 def test_features_handed_to_the_head_are_the_targets_at_their_positions(target):
     """After prefill and after each step, pending pair i (at position c + i, c = the head's
     cache length) carries the target's teacher-forced hidden states of position c + i - 1."""
-    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=2, draft_len=3)
+    drafter = FeatureDrafter(random_head(target, 8), num_paths=2, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("specinfer", GREEDY, 24)
     b = prepare(target, drafter, PROMPTS, cfg)
     init = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))

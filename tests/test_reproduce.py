@@ -123,7 +123,7 @@ def tiny_head_drafter():
     d2t = np.sort(np.random.default_rng(0).permutation(12)[:8])
     embed = target.module.embed[...]
     head = EagleHead.create(config, embed, d2t, seed=0, head_rows=embed[d2t] * 4.0)
-    return target, lambda sp, k, l: FeatureDrafter(head, sp, num_paths=k, draft_len=l)
+    return target, lambda sp, k, l: FeatureDrafter(head, num_paths=k, draft_len=l, sampling=sp)
 
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [4]]

@@ -62,7 +62,7 @@ def test_branches_equal_contiguous_draft_runs():
     _, draft = pair(vocab=48, sigma=0.1)
     params = sampling.SamplingParams(1.0)
     ssd = SSDConfig(fan_out=(2, 1, 1, 2), saguaro=1.0)
-    drafter = SSDDrafter(draft, params, ssd)
+    drafter = SSDDrafter(draft, ssd=ssd, sampling=params)
     prompts = jnp.asarray([[5, 6, 7, 8, 9, 10], [11, 12, 0, 0, 0, 0]])
     lengths = jnp.asarray([6, 2])
     init = jax.jit(drafter.init, static_argnums=(3, 4))
@@ -104,7 +104,7 @@ def check_greedy_equality(pair, fan_out, backup, verifier):
     target, draft = pair
     prompts = [[1, 2, 3, 1], [0, 3], [2, 2, 1, 0, 3, 3]]
     ar = generate(target, prompts, DecodeConfig("autoregressive", GREEDY, 16))
-    drafter = SSDDrafter(draft, GREEDY, SSDConfig(fan_out=fan_out, backup=backup))
+    drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan_out, backup=backup), sampling=GREEDY)
     out = generate(target, prompts, DecodeConfig(verifier, GREEDY, 16), drafter)  # SSD's loop
     assert out.ssd is not None and out.tokens == ar.tokens, (verifier, fan_out, backup)
     if fan_out == ALL_HIT:
@@ -131,7 +131,7 @@ def test_greedy_ssd_equals_autoregressive_everywhere(v4_pair, fan_out, backup, v
 def test_greedy_ssd_on_a_close_pair_hits_and_accepts():
     target, draft = pair(vocab=48, sigma=0.02)
     ar = generate(target, PROMPTS, DecodeConfig("autoregressive", GREEDY, 24))
-    drafter = SSDDrafter(draft, GREEDY, SSDConfig(fan_out=(2, 2, 2, 2, 2)))
+    drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=(2, 2, 2, 2, 2)), sampling=GREEDY)
     out = generate_ssd(target, PROMPTS, DecodeConfig("block", GREEDY, 24), drafter)
     assert out.tokens == ar.tokens
     assert ssd_rates(out.ssd)["ssd_hit_rate"] > 0.5 and out.metrics.block_efficiency > 2.0
@@ -144,7 +144,7 @@ NEW, ROWS = lossless.NEW, lossless.ROWS
 def ssd_law_pvalue(pair, ssd: SSDConfig, verifier: str = "token", seed: int = 7) -> float:
     target, draft = pair
     params = sampling.SamplingParams(1.0)
-    drafter = SSDDrafter(draft, params, ssd)
+    drafter = SSDDrafter(draft, ssd=ssd, sampling=params)
     cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
     out = generate_ssd(target, [lossless.PROMPT] * ROWS, cfg, drafter, seed=seed)
     assert all(len(r) == NEW for r in out.tokens)
@@ -250,7 +250,7 @@ def test_the_law_test_catches_argmax_matching(v4_pair, monkeypatch):
 
 def test_ssd_refuses_multipath_verifiers(v4_pair):
     target, draft = v4_pair
-    drafter = SSDDrafter(draft, GREEDY, SSDConfig(fan_out=MIXED))
+    drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=MIXED), sampling=GREEDY)
     with pytest.raises(ValueError, match="one chain per row"):
         generate_ssd(target, PROMPTS, DecodeConfig("specinfer", GREEDY, 4), drafter)
     with pytest.raises(ValueError, match="an SSDDrafter runs on one device"):

@@ -137,7 +137,7 @@ def test_committed_smollm2_head_greedy_equals_autoregressive():
     greedy = SamplingParams(temperature=0.0)
     ar = generate(target, prompts, DecodeConfig("autoregressive", greedy, 48)).tokens
     for verifier, k in (("block", 1), ("gbv", 3)):
-        drafter = FeatureDrafter(head, greedy, num_paths=k, draft_len=4)
+        drafter = FeatureDrafter(head, num_paths=k, draft_len=4, sampling=greedy)
         out = generate(target, prompts, DecodeConfig(verifier, greedy, 48), drafter)
         assert out.tokens == ar
         assert out.metrics.block_efficiency > 1.1  # the head really drafts

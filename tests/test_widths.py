@@ -16,12 +16,14 @@ import pytest
 from flax import nnx
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, generate, programs
+from specjax.decode import DecodeConfig, Stream, generate, programs
 from specjax.decode import widths as W
+from specjax.decode.adaptive import choose_width
 from specjax.decode.seams import (
     PROGRAMS,
     autoregressive_step,
     compile_generation,
+    decode_program,
     prefill_program,
     prepare,
     speculative_step,
@@ -75,8 +77,8 @@ CASES = [  # (verifier, K, drafter); the default tier keeps one chain of a model
 def _drafter(kind, models, k, l_len=3):
     target, draft = models
     if kind == "ngram":
-        return NgramDrafter(target.config.vocab_size, l_len, num_paths=k)
-    return ModelDrafter(draft, GREEDY, k, l_len)
+        return NgramDrafter(target.config.vocab_size, num_paths=k, draft_len=l_len)
+    return ModelDrafter(draft, num_paths=k, draft_len=l_len, sampling=GREEDY)
 
 
 @pytest.mark.parametrize("verifier,k,kind", CASES)
@@ -115,7 +117,7 @@ def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
 def test_feature_drafter_random_widths_greedy_equals_autoregressive(verifier, k):
     target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
-    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=k, draft_len=3)
+    drafter = FeatureDrafter(random_head(target, 8), num_paths=k, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig(verifier, GREEDY, 24, widths=(0, 1, 3), width_policy="random")
     out = generate(target, FEATURE_PROMPTS, cfg, drafter, seed=5)
     assert out.tokens == ar
@@ -129,7 +131,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     and the tokens are the autoregressive ones."""
     target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
-    drafter = FeatureDrafter(random_head(target, 8), GREEDY, num_paths=1, draft_len=3)
+    drafter = FeatureDrafter(random_head(target, 8), num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, 24, widths=(0, 3))
     state = _initial(target, drafter, cfg, FEATURE_PROMPTS)
     one = jax.jit(step, static_argnames=("config",))
@@ -165,7 +167,7 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
     """After seven width-0 steps and one full-width step, the draft cache holds exactly what a
     fresh prefill of the committed tokens holds (the skipped tokens were caught up)."""
     target, draft = models
-    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
     state = _initial(target, drafter, cfg, PROMPTS)
     one = jax.jit(step, static_argnames=("config",))
@@ -181,6 +183,54 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
         np.testing.assert_allclose(
             cache.k[:, r, : seen[r]], fresh.k[:, r, : seen[r]], atol=1e-5, rtol=1e-5
         )
+
+
+def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
+    """The decode program runs a model drafter's width-0 steps as plain one-token steps, booked
+    once per run (``adaptive.idle_quota`` / ``book_idle``); stepping by hand decides at every
+    step. Both take the same widths (the probes after 8 and 16 idle steps included), draw the same
+    tokens at T = 1 and leave the controller alike, also when the program stops mid-run and
+    resumes."""
+    target, draft = models
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
+    policy = W.Policy(jnp.asarray([1.0, 9.0, 9.0]), jnp.int32(W.AUTO))  # only probes draft
+    start = _initial(target, drafter, cfg, PROMPTS)
+    program = jax.jit(decode_program, static_argnames=("config",))
+    state, steps = program(target, drafter, start, 13, None, policy, config=cfg)
+    state, more = program(target, drafter, state, 1000, None, policy, config=cfg)
+    assert bool(jnp.all(state.done))
+    state, none = program(target, drafter, state, 1000, None, policy, config=cfg)
+    assert int(none) == 0  # a call on a finished state changes nothing
+    one = jax.jit(step, static_argnames=("config",))
+    hand = start
+    for _ in range(int(steps) + int(more)):
+        hand = one(target, drafter, hand, cfg, policy)
+    _, hand = jax.jit(choose_width, static_argnames=("config",))(drafter, hand, cfg, policy)
+    np.testing.assert_array_equal(state.tokens, hand.tokens)
+    for field in ("accept", "idle", "probe_after", "steps", "last", "first", "next"):
+        np.testing.assert_array_equal(getattr(state.control, field), getattr(hand.control, field))
+    taken = np.asarray(state.control.steps)
+    assert taken[1] >= 2 and taken[0] >= 20, taken  # idle runs and two probes
+
+
+@SLOW
+def test_streaming_takes_the_widths_generate_takes(models):
+    """At T = 1 with the controller on (costs pinned), streaming (one decode call per step) draws
+    the sample ``generate`` (one call) draws: the width chosen after a call's last step is the
+    next call's first (``WidthControl.next``)."""
+    target, draft = models
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3), width_costs=(1.0, 1.4, 2.0))
+    whole = generate(target, PROMPTS, cfg, drafter, seed=11)
+    stream = Stream(target, PROMPTS, cfg, drafter, seed=11)
+    for _ in stream:
+        pass
+    assert stream.result.tokens == whole.tokens
+    assert stream.result.metrics.width_steps == whole.metrics.width_steps
+    assert len(set(stream.widths_taken)) > 1
 
 
 def test_controller_choices():
@@ -225,7 +275,13 @@ def test_sequence_law_at_temperature_one_with_random_widths(lossless_pair):  # n
     target, draft = lossless_pair
     params = sampling.SamplingParams(1.0)
     cfg = DecodeConfig("block", params, NEW, widths=(0, 1, 2), width_policy="random")
-    out = generate(target, [PROMPT] * ROWS, cfg, ModelDrafter(draft, params, 1, 2), seed=7)
+    out = generate(
+        target,
+        [PROMPT] * ROWS,
+        cfg,
+        ModelDrafter(draft, num_paths=1, draft_len=2, sampling=params),
+        seed=7,
+    )
     assert out.metrics.accepted_tokens > 0.1 * ROWS
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) > 1e-3
 
@@ -260,7 +316,13 @@ def test_a_controller_that_peeks_at_the_verdict_is_caught(lossless_pair, monkeyp
     PROGRAMS.clear()
     try:
         cfg = DecodeConfig("block", params, NEW)
-        out = generate(target, [PROMPT] * ROWS, cfg, ModelDrafter(draft, params, 1, 2), seed=8)
+        out = generate(
+            target,
+            [PROMPT] * ROWS,
+            cfg,
+            ModelDrafter(draft, num_paths=1, draft_len=2, sampling=params),
+            seed=8,
+        )
     finally:
         PROGRAMS.clear()
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
@@ -271,7 +333,7 @@ def test_no_cache_copies_around_the_branches(models):
     cache-sized buffer anywhere in it. (A ``lax.switch`` over the widths made XLA copy both
     caches in and out of its branches; the program runs one inner loop per width instead.)"""
     target, draft = models
-    drafter = ModelDrafter(draft, GREEDY, 1, 3)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 1, 3))
     _, decode = compile_generation(target, PROMPTS, cfg, drafter)
     hlo = decode.as_text()

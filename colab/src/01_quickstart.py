@@ -46,7 +46,7 @@ print(draft.config)
 
 # %%
 sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0)
-drafter = ModelDrafter(draft.model, sampling, num_paths=1, draft_len=4)
+drafter = ModelDrafter(draft.model, num_paths=1, draft_len=4, sampling=sampling)
 config = DecodeConfig("block", sampling, max_new_tokens=128)
 texts = ["ROMEO:\n", "JULIET:\n"]
 prompts = [target.tokenizer.encode(t) for t in texts]
@@ -105,7 +105,8 @@ plt.show()
 # %%
 greedy = SamplingParams(temperature=0.0)
 g_config = DecodeConfig("block", greedy, max_new_tokens=64)
-spec = generate(target.model, prompts, g_config, ModelDrafter(draft.model, greedy, draft_len=4))
+g_drafter = ModelDrafter(draft.model, draft_len=4, sampling=greedy)
+spec = generate(target.model, prompts, g_config, g_drafter)
 auto = generate(target.model, prompts, dataclasses.replace(g_config, verifier="autoregressive"))
 print("greedy speculative == greedy autoregressive:", spec.tokens == auto.tokens)
 print(target.tokenizer.decode(spec.tokens[0]))

@@ -119,7 +119,7 @@ report("n-gram", ngram, baseline)
 # `scripts/distill.py`) is what makes a model drafter pay.
 
 # %%
-self_draft = run(config, ModelDrafter(truncated(smol.model, 8), greedy, draft_len=3))
+self_draft = run(config, ModelDrafter(truncated(smol.model, 8), draft_len=3, sampling=greedy))
 report("self-draft", self_draft, baseline)
 
 # %%

@@ -73,7 +73,7 @@ greedy = SamplingParams(temperature=0.0)
 config = DecodeConfig("block", greedy, max_new_tokens=64)
 texts = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "HAMLET:\nTo be, or not", "KING LEAR:\n"]
 prompts = [tokenizer.encode(t) for t in texts]
-drafter = ModelDrafter(draft, greedy, num_paths=1, draft_len=4)
+drafter = ModelDrafter(draft, num_paths=1, draft_len=4, sampling=greedy)
 
 prefill, decode = compile_generation(target, prompts, config, drafter, mesh=mesh)
 state = prefill.output_shardings  # a DecodeState of NamedShardings
@@ -99,7 +99,8 @@ sharded = generate(target, prompts, config, drafter, mesh=mesh)
 
 one_target, _ = load_model("checkpoints/shakespeare/target")  # one device, no mesh
 one_draft, _ = load_model("checkpoints/shakespeare/draft")
-single = generate(one_target, prompts, config, ModelDrafter(one_draft, greedy, draft_len=4))
+one_drafter = ModelDrafter(one_draft, draft_len=4, sampling=greedy)
+single = generate(one_target, prompts, config, one_drafter)
 print("devices holding the single-device weights:", one_target.embed[...].devices())
 
 print("greedy: sharded == single device:", sharded.tokens == single.tokens)
@@ -115,8 +116,10 @@ for text, row in zip(texts, sharded.tokens, strict=True):
 # %%
 t1 = SamplingParams(temperature=1.0)
 config1 = DecodeConfig("gbv", t1, max_new_tokens=64)
-sharded1 = generate(target, prompts, config1, ModelDrafter(draft, t1, num_paths=3), 7, mesh)
-single1 = generate(one_target, prompts, config1, ModelDrafter(one_draft, t1, num_paths=3), 7)
+drafter1 = ModelDrafter(draft, num_paths=3, sampling=t1)
+one_drafter1 = ModelDrafter(one_draft, num_paths=3, sampling=t1)
+sharded1 = generate(target, prompts, config1, drafter1, 7, mesh)
+single1 = generate(one_target, prompts, config1, one_drafter1, 7)
 print("T = 1, GBV, K = 3: sharded == single device:", sharded1.tokens == single1.tokens)
 print(sharded1.metrics.table())
 

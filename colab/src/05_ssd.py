@@ -36,8 +36,8 @@ L, NEW_TOKENS = 4, 96
 # %% [markdown]
 # ## One SSD generation
 #
-# `SSDDrafter(draft, sampling, SSDConfig(fan_out=...))` with `generate` (one device: the
-# rounds fused under one `lax.while_loop`). At temperature 0 the output must equal
+# `SSDDrafter(draft, ssd=SSDConfig(fan_out=...), sampling=sampling)` with `generate` (one
+# device: the rounds fused under one `lax.while_loop`). At temperature 0 the output must equal
 # autoregressive decoding token for token.
 
 # %%
@@ -45,7 +45,7 @@ greedy = SamplingParams(temperature=0.0)
 config = DecodeConfig("greedy", greedy, max_new_tokens=NEW_TOKENS)
 fan_out = geometric_fan_out(10, L, alpha=0.8)  # C = 10 branches per row
 print("geometric fan-out for C = 10, F_0..F_4 =", fan_out)
-drafter = SSDDrafter(draft.model, greedy, SSDConfig(fan_out=fan_out))
+drafter = SSDDrafter(draft.model, ssd=SSDConfig(fan_out=fan_out), sampling=greedy)
 out = generate(target.model, prompts, config, drafter)
 auto = generate(target.model, prompts, DecodeConfig("autoregressive", greedy, NEW_TOKENS))
 print("SSD output == autoregressive output:", out.tokens == auto.tokens)
@@ -78,7 +78,7 @@ for temperature in (0.0, 1.0):
             else:
                 fan = uniform_fan_out(c // (L + 1), L)
             if (temperature, fan) not in seen:
-                drafter = SSDDrafter(draft.model, sampling, SSDConfig(fan_out=fan))
+                drafter = SSDDrafter(draft.model, ssd=SSDConfig(fan_out=fan), sampling=sampling)
                 g = generate(target.model, prompts, cfg, drafter, seed=0)
                 rates = ssd_rates(g.ssd)
                 seen[temperature, fan] = rates["ssd_hit_rate"]

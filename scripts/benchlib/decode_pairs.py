@@ -102,7 +102,9 @@ def shakespeare(directory: str, batch: int) -> Pair:
             f"draft model `{draft.config.name}` ({parameter_count(draft) / 1e6:.2f}M), byte-level"
         ),
         target=target,
-        make_drafter=lambda sp, k, l: ModelDrafter(draft, sp, k, l, True),
+        make_drafter=lambda sp, k, l: ModelDrafter(
+            draft, num_paths=k, draft_len=l, sampling=sp, replacement=True
+        ),
         prompts=cycle(prompts, batch),
         prompt_note="prompts " + ", ".join(repr(t) for t in used),
         chain_only=False,
@@ -131,7 +133,7 @@ def smollm2(source: str, batch: int) -> Pair:
             "one chain)"
         ),
         target=target,
-        make_drafter=lambda sp, k, l: NgramDrafter(vocab, l, 3, 1),
+        make_drafter=lambda sp, k, l: NgramDrafter(vocab, draft_len=l, max_ngram=3, min_ngram=1),
         prompts=used,
         prompt_note=(
             "chat-template prompts asking to reproduce a Python function with one rename "

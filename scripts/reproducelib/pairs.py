@@ -81,7 +81,7 @@ class Pair:
 
 
 def _model_pair(name, label, description, target: PureModel, draft: PureModel, prompts) -> Pair:
-    make = lambda sp, k, l: ModelDrafter(draft, sp, k, l)
+    make = lambda sp, k, l: ModelDrafter(draft, num_paths=k, draft_len=l, sampling=sp)
     return Pair(name, label, description, target, make, prompts, draft=draft)
 
 
@@ -145,6 +145,6 @@ def smollm2_head(source: str, head_dir: str, batch: int) -> Pair:
         f"W = {config.draft_vocab} draft ids, q = 0 outside them; {trained}K paths i.i.d.); "
         f"{batch} chat prompts",
         PureModel.of(target),
-        lambda sp, k, l: FeatureDrafter(head, sp, num_paths=k, draft_len=l),
+        lambda sp, k, l: FeatureDrafter(head, num_paths=k, draft_len=l, sampling=sp),
         _chat_prompts(tokenizer, batch),
     )

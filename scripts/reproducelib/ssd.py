@@ -87,7 +87,9 @@ def measure(pair: Pair, settings: Settings, tokens: int) -> list[Row]:
         params = SamplingParams(temperature)
         config = DecodeConfig("greedy" if temperature == 0 else "block", params, tokens)
         fan = parse_fan_out(family, length, budget, ALPHA)
-        drafter = SSDDrafter(pair.draft, params, SSDConfig(fan_out=fan, saguaro=factor))
+        drafter = SSDDrafter(
+            pair.draft, ssd=SSDConfig(fan_out=fan, saguaro=factor), sampling=params
+        )
         gens = [generate_ssd(pair.target, pair.prompts, config, drafter, s) for s in settings.seeds]
         same = all(g.tokens == reference.tokens for g in gens) if temperature == 0 else None
         rates = ssd_rates([g.ssd for g in gens])

@@ -19,6 +19,7 @@ from pathlib import Path
 from specjax import sharding
 from specjax.cli import batch_job, interrupts, peers, processes, validate
 from specjax.cli.app import ERRORS, error_line
+from specjax.cli.checks import ConfigError
 from specjax.cli.job_files import autoregressive_config, write_outputs
 from specjax.decode import compile_cache, generate, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
@@ -125,33 +126,48 @@ def build(cfg, mesh=None, draft_mesh=None):
         )
     widths, costs = validate.widths(cfg), validate.width_costs(cfg)
     config = DecodeConfig(
-        verifier, sampling, cfg.max_new_tokens, stop, cfg.replacement, widths, width_costs=costs
+        verifier, sampling, cfg.max_new_tokens, stop, widths=widths, width_costs=costs
     )
     target = PureModel.of(target_module)
-    k_paths, l_len = cfg.num_paths, cfg.num_speculative_tokens
+    # The drafter's shape; ``replacement`` (how sibling paths are drawn) configures it too.
+    shape = dict(num_paths=cfg.num_paths, draft_len=cfg.num_speculative_tokens)
     if cfg.drafter == "ngram":
         drafter = NgramDrafter(
-            target.config.vocab_size, l_len, cfg.ngram_max, cfg.ngram_min, k_paths
+            target.config.vocab_size,
+            **shape,
+            max_ngram=cfg.ngram_max,
+            min_ngram=cfg.ngram_min,
+            replacement=cfg.replacement,
         )
     elif cfg.drafter in ("model", "self"):
         if cfg.drafter == "self":
+            layers = target_module.config.num_layers
+            if not 1 <= cfg.draft_layers < layers:
+                raise ConfigError(
+                    f"draft_layers must be in [1, {layers - 1}] (the target has {layers} "
+                    f"layers), got {cfg.draft_layers}"
+                )
             draft_module = truncated(target_module, cfg.draft_layers)
         else:
             replicated = cfg.draft_placement == "replicated"
             where = mesh if draft_mesh is None else draft_mesh
             draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated, role="draft")
         if cfg.mode == "ssd":
-            drafter = SSDDrafter(PureModel.of(draft_module), sampling, validate.ssd_config(cfg))
+            ssd = validate.ssd_config(cfg)
+            drafter = SSDDrafter(PureModel.of(draft_module), ssd=ssd, sampling=sampling)
         else:
             drafter = ModelDrafter(
-                PureModel.of(draft_module), sampling, k_paths, l_len, cfg.replacement
+                PureModel.of(draft_module),
+                **shape,
+                sampling=sampling,
+                replacement=cfg.replacement,
             )
     elif cfg.drafter == "eagle":
         head = load_head(cfg.draft, target_module.embed[...])
         if mesh is not None:  # the head is small: replicated, reading the target's embedding
             sharding.shard_module(head, mesh, replicated=True)
             head.embed = Frozen(target_module.embed[...])
-        drafter = FeatureDrafter(head, sampling, k_paths, l_len)
+        drafter = FeatureDrafter(head, **shape, sampling=sampling)  # i.i.d. paths only
     else:
         drafter = None
     return target, tokenizer, drafter, config

@@ -31,13 +31,14 @@ DATA_SOURCES = ("corpus", "target_samples")
 MODES = ("sd", "ssd")
 SSD_DEVICES = ("", "next", "cpu")
 SEED_HEADROOM = 2**20  # the decode CLI decodes batch i with seed + i
+F32_TINY, F32_MAX = 2.0**-126, 3.4028234663852886e38  # float32's normal range: smaller is 0
 
 
 def check_decode(cfg) -> None:
     """Checks a ``configs/shakespeare.py``-style decode record (types, ranges, files, paths)."""
     from specjax import verify
     from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-    from specjax.decode.inputs import check_paths
+    from specjax.decode.inputs import check_paths, check_replacement
     from specjax.sampling import SamplingParams
 
     drafter = choice(cfg, "drafter", DRAFTERS)
@@ -47,30 +48,27 @@ def check_decode(cfg) -> None:
     integer(cfg, "num_speculative_tokens", 1, 64)
     k_paths = integer(cfg, "num_paths", 1, 64)
     integer(cfg, "draft_layers", 1)
-    ngram_min = integer(cfg, "ngram_min", 1)
-    integer(cfg, "ngram_max", ngram_min)
+    ngram_min = integer(cfg, "ngram_min", 1, 64)
+    integer(cfg, "ngram_max", ngram_min, 64)  # longer suffixes only slow compiling
     integer(cfg, "max_new_tokens", 1)
     integer(cfg, "batch_size", 1)
     integer(cfg, "top_k", 0)
     number(cfg, "temperature", 0.0)
-    number(cfg, "top_p", 0.0, 1.0, open_low=True)
+    number(cfg, "top_p", F32_TINY, 1.0)  # a smaller top_p kept every token
     seed(cfg, headroom=SEED_HEADROOM)
+    vocab = source_vocab(cfg.target) or 2**63  # unknown: bounded once the target is loaded
     for i, token in enumerate(cfg.stop_tokens):
-        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-            raise ConfigError(f"stop_tokens[{i}] must be a token id (an integer >= 0): {token!r}")
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab:
+            what = f"in [0, {vocab})" if vocab < 2**63 else "(an integer >= 0)"
+            raise ConfigError(f"stop_tokens[{i}] must be a token id {what}: {token!r}")
     verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     config = DecodeConfig(
-        verifier,
-        sampling,
-        cfg.max_new_tokens,
-        (),
-        cfg.replacement,
-        widths=widths(cfg),
-        width_costs=width_costs(cfg),
+        verifier, sampling, cfg.max_new_tokens, (), widths=widths(cfg), width_costs=width_costs(cfg)
     )
-    if config.speculative:  # the drafter's own check, before the models are loaded
+    if config.speculative:  # the drafter's own checks, before the models are loaded
         check_paths(config, k_paths, fixed=drafter == "ngram" and k_paths > 1)
+        check_replacement(config, cfg.replacement)  # replacement configures the drafter
     shape_buckets(cfg)
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
@@ -179,9 +177,10 @@ def width_costs(cfg) -> tuple[float, ...]:
             f"width_costs={text!r}: give one relative cost per width, e.g. 1,1.8 (or empty)"
         ) from None
     chosen = widths(cfg)
-    if len(costs) != len(chosen) or min(costs) <= 0:
+    if len(costs) != len(chosen) or not all(F32_TINY <= c <= F32_MAX for c in costs):
         raise ConfigError(
-            f"width_costs={text!r}: give one positive cost per width of {chosen or '(fixed)'}"
+            f"width_costs={text!r}: give one positive cost per width of {chosen or '(fixed)'}, "
+            f"each in [{F32_TINY:.3g}, {F32_MAX:.3g}] (float32)"
         )
     return costs
 
@@ -280,10 +279,10 @@ def _check_devices(cfg, placement: str) -> None:
         if cfg.drafter != "model":
             raise ConfigError("draft_placement='submesh' places a draft model; set drafter=model")
         sharding.parse_mesh_shape(cfg.draft_mesh_shape)
-    integer(cfg, "num_cpu_devices", 0)
+    integer(cfg, "num_cpu_devices", 0, 1024)  # 10**5 took minutes and GBs, 2**31 an XLA error
     processes_n = integer(cfg, "num_processes", 1)
     integer(cfg, "process_id", 0, processes_n - 1)
-    number(cfg, "init_timeout", 0.0, open_low=True)
+    number(cfg, "init_timeout", 0.0, 2**31 - 31, open_low=True)  # jax takes int32 s (+ 30 s)
     if cfg.coordinator_address and cfg.coordinator_address != "auto":
         processes.check_address(cfg.coordinator_address)
 

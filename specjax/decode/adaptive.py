@@ -84,12 +84,57 @@ def choose_width(
     if not (probe and config.widths[0] == 0):
         index, control = choose(control)
         control = dataclasses.replace(control, first=jnp.where(hint > 0, first, -1))
-        return index, state.replace(control=control)
-    stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
-    due = (control.last != 0) | (control.idle + 1 >= control.probe_after)
-    due = due | (policy.force != width_control.AUTO)
-    index, control = jax.lax.cond(due, choose, stay, control)
-    return index, state.replace(control=control)
+    else:
+        stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
+        due = (control.last != 0) | (control.idle + 1 >= control.probe_after)
+        due = due | (policy.force != width_control.AUTO)
+        index, control = jax.lax.cond(due, choose, stay, control)
+    kept = jnp.where(policy.force < 0, index, -1).astype(jnp.int32)  # forcing decides afresh
+    return index, state.replace(control=dataclasses.replace(control, next=kept))
+
+
+def next_width(
+    drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
+) -> tuple[Array, DecodeState]:
+    """:func:`choose_width` for the first step of a decode call: the width already chosen after
+    the previous call's last step when there is one (``WidthControl.next``), so a generation
+    split over several calls (streaming, calibration, continuous batching) takes the widths one
+    call would."""
+    index, chosen = choose_width(drafter, state, config, policy)
+    kept = state.control.next >= 0
+    control = jax.tree.map(
+        lambda old, new: jax.lax.select(kept, old, new), state.control, chosen.control
+    )
+    return jnp.where(kept, state.control.next, index), state.replace(control=control)
+
+
+def idle_quota(control: width_control.WidthControl, policy: width_control.Policy) -> Array:
+    """How many width-0 steps in a row a drafter without a free look takes before
+    :func:`choose_width` decides again (int32 ``[]``, >= 1), given the controller as the choice of
+    width 0 left it: until a probe is due under the automatic policy, else one.
+
+    :func:`choose_width` only counts those steps (its ``stay``), so the decode program runs them
+    as plain one-token steps and books them at once (:func:`book_idle`): the same widths, the
+    same state, none of the controller's per-step work."""
+    quota = jnp.maximum(control.probe_after - control.idle, 1)
+    return jnp.where(policy.force == width_control.AUTO, quota, 1).astype(jnp.int32)
+
+
+def book_idle(state: DecodeState, runs: Array, counted: Array) -> DecodeState:
+    """The state after ``runs >= 1`` width-0 steps run by :func:`skip_step` alone for a drafter
+    without a free look, as :func:`width_step` and the ``runs - 1`` stays of
+    :func:`choose_width` between them would have left it (``counted``: those steps with an active
+    row)."""
+    control = state.control
+    return state.replace(
+        control=dataclasses.replace(
+            control,
+            steps=control.steps.at[0].add(counted),
+            idle=control.idle + runs - 1,
+            last=jnp.int32(0),
+            next=jnp.int32(-1),
+        )
+    )
 
 
 def width_step(
@@ -103,7 +148,8 @@ def width_step(
         new = skip_step(target, drafter, state, config)
         control = state.control
         steps = control.steps.at[index].add(jnp.any(active).astype(jnp.int32))
-        return new.replace(control=dataclasses.replace(control, steps=steps, last=jnp.int32(0)))
+        control = dataclasses.replace(control, steps=steps, last=jnp.int32(0), next=jnp.int32(-1))
+        return new.replace(control=control)
     if width == 0:
         first = state.control.first  # [B] the proposal's first token, known when choosing
         new = skip_step(target, drafter, state, config)
@@ -115,7 +161,7 @@ def width_step(
         new = speculative_step(target, narrow, state, config)
         tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
     control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed)
-    return new.replace(control=control)
+    return new.replace(control=dataclasses.replace(control, next=jnp.int32(-1)))
 
 
 def adaptive_step(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from specjax import verify
 from specjax.decode.widths import AUTO, RANDOM
@@ -24,8 +25,6 @@ class DecodeConfig:
       sampling: temperature / top-k / top-p, applied identically to draft and target.
       max_new_tokens: tokens generated per row at most.
       stop_tokens: ids that end a row (kept in the output), e.g. the tokenizer's EOS.
-      replacement: for ``specinfer``: whether the drafter drew sibling paths i.i.d. (True) or
-        without replacement (False).
       widths: draft lengths a step chooses among, ascending, e.g. ``(0, 2, L)``
         (:mod:`specjax.decode.widths`): 0 is a one-token target step, w > 0 a speculative step
         drafting w tokens per path. ``()`` (the default): every step drafts the drafter's L.
@@ -36,13 +35,16 @@ class DecodeConfig:
         :meth:`specjax.decode.loop.generate`). At temperature > 0 the sample a seed gives depends
         on the widths taken (each is exact, but they spend randomness differently), so pin the
         costs (or use a fixed width) for samples that repeat across runs.
+
+    The fields from ``widths`` on are keyword-only. Whether draft paths were drawn with or
+    without replacement is the drafter's ``replacement``, not a decoding knob.
     """
 
     verifier: str = "block"
     sampling: SamplingParams = dataclasses.field(default_factory=SamplingParams)
     max_new_tokens: int = 64
     stop_tokens: tuple[int, ...] = ()
-    replacement: bool = True
+    _: dataclasses.KW_ONLY
     widths: tuple[int, ...] = ()
     width_policy: str = "auto"
     width_costs: tuple[float, ...] = ()
@@ -57,12 +59,6 @@ class DecodeConfig:
                 f"verifier 'greedy' decodes at temperature 0 only (got temperature "
                 f"{self.sampling.temperature}); set temperature=0 or use token or block"
             )
-        if not self.replacement and self.verifier not in ("specinfer", AUTOREGRESSIVE):
-            raise ValueError(
-                f"verifier {self.verifier!r} assumes i.i.d. draft paths; set replacement=True "
-                "(only specinfer verifies paths drawn without replacement)"
-            )
-
         if self.width_policy not in WIDTH_POLICIES:
             raise ValueError(
                 f"width_policy {self.width_policy!r} is not one of {sorted(WIDTH_POLICIES)}"
@@ -70,10 +66,11 @@ class DecodeConfig:
         if self.widths and not self.speculative:
             raise ValueError("widths need a speculative verifier (not 'autoregressive')")
         if self.width_costs and (
-            len(self.width_costs) != len(self.widths) or min(self.width_costs) <= 0
+            len(self.width_costs) != len(self.widths)
+            or not all(0 < c < math.inf for c in self.width_costs)  # NaN fails too
         ):
             raise ValueError(
-                f"width_costs {self.width_costs} must give one positive cost per width of "
+                f"width_costs {self.width_costs} must give one positive, finite cost per width of "
                 f"{self.widths}"
             )
 

@@ -25,6 +25,7 @@ from specjax.decode import loop, ssd, submesh
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.loop import Generation
+from specjax.drafters.base import Drafter
 from specjax.drafters.ssd import SSDDrafter
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
@@ -34,7 +35,7 @@ def generate(
     target: PureModel | Llama,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
-    drafter=None,
+    drafter: Drafter | SSDDrafter | None = None,
     seed: int = 0,
     mesh: Mesh | None = None,
     buckets: ShapeBuckets = DEFAULT,

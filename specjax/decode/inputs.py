@@ -14,7 +14,8 @@ import numpy as np
 
 from specjax.decode import widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
-from specjax.decode.config import DecodeConfig
+from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+from specjax.drafters.base import Drafter, draws_with_replacement
 
 
 class PreparedBatch(NamedTuple):
@@ -67,6 +68,16 @@ def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
             )
 
 
+def check_replacement(config: DecodeConfig, replacement: bool) -> None:
+    """One clear error if paths drawn without replacement (a drafter's ``replacement=False``)
+    meet a verifier other than ``specinfer``, the only one told how sibling paths were drawn."""
+    if not replacement and config.verifier not in ("specinfer", AUTOREGRESSIVE):
+        raise ValueError(
+            f"verifier {config.verifier!r} assumes i.i.d. draft paths; set replacement=True "
+            "on the drafter (only specinfer verifies paths drawn without replacement)"
+        )
+
+
 def check_prompt(prompt, vocab: int, name: str = "the prompt") -> None:
     """One clear error unless ``prompt`` is a non-empty list (or 1-D integer array) of token
     ids in ``[0, vocab)``: a string, a float id or a nested list names the expected form."""
@@ -89,7 +100,7 @@ def check_prompt(prompt, vocab: int, name: str = "the prompt") -> None:
         raise ValueError(f"{name} has token ids outside [0, {vocab}); wrong tokenizer?")
 
 
-def check_drafter(target, drafter, config: DecodeConfig) -> None:
+def check_drafter(target, drafter: Drafter | None, config: DecodeConfig) -> None:
     """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
     if config.speculative and drafter is None:
         raise ValueError(f"verifier {config.verifier!r} needs a drafter; pass one")
@@ -102,8 +113,7 @@ def check_drafter(target, drafter, config: DecodeConfig) -> None:
             f"{type(drafter).__name__} cannot skip a step, so it cannot change its width; "
             "set widths=()"
         )
-    if drafter.replacement != config.replacement:
-        raise ValueError("drafter and verifier disagree on replacement; set both the same")
+    check_replacement(config, draws_with_replacement(drafter))
     if drafter.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"draft vocab_size {drafter.vocab_size} != target vocab_size "
@@ -113,7 +123,7 @@ def check_drafter(target, drafter, config: DecodeConfig) -> None:
 
 def prepare(
     target,
-    drafter,
+    drafter: Drafter | None,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     buckets: ShapeBuckets = DEFAULT,
@@ -151,6 +161,12 @@ def prepare(
     longest = max(lengths)
     limits = [target.config.max_seq_len, None if drafter is None else drafter.max_seq_len]
     limit = min(x for x in limits if x is not None)
+    if tree + 2 > limit:  # even a one-token prompt and one new token would not fit
+        raise ValueError(
+            f"the draft tree of num_paths ({k_paths}) x draft_len ({draft_len}) + 2 = {tree} "
+            f"positions leaves no room in the model's max_seq_len {limit}; lower num_paths or "
+            "the draft length (CLI: num_speculative_tokens)"
+        )
     if longest + config.max_new_tokens + tree > limit:
         raise ValueError(
             f"prompt ({longest} tokens) + max_new_tokens ({config.max_new_tokens}) + draft tree "

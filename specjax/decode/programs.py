@@ -22,7 +22,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
 from specjax.decode import widths
-from specjax.decode.adaptive import choose_width, step, width_step
+from specjax.decode.adaptive import (
+    book_idle,
+    choose_width,
+    free_look,
+    idle_quota,
+    next_width,
+    skip_step,
+    step,
+    width_step,
+)
 from specjax.decode.config import DecodeConfig
 from specjax.decode.slots import grow_program, insert_program
 from specjax.decode.state import DecodeState
@@ -132,7 +141,30 @@ def decode_program(
     # donated caches in place; a lax.switch would copy them around its branches.
     running = lambda c: cond(c[:2])
 
+    def run_idle(carry):
+        """Width 0 for a drafter without a free look: runs of plain one-token steps, each as
+        long as the controller would only count them (:func:`idle_quota`), booked at once."""
+
+        def block(c):
+            quota = idle_quota(c[1].control, policy)
+
+            def one(d):  # d: (steps, state, runs, counted)
+                counted = d[3] + jnp.any(~d[1].done).astype(jnp.int32)
+                state = constrain(skip_step(target, drafter, d[1], config))
+                return d[0] + 1, state, d[2] + 1, counted
+
+            more = lambda d: running(d[:2]) & (d[2] < quota)
+            start = (c[0], c[1], jnp.int32(0), jnp.int32(0))
+            steps, state, runs, counted = jax.lax.while_loop(more, one, start)
+            picked, state = choose_width(drafter, book_idle(state, runs, counted), config, policy)
+            return steps, constrain(state), picked
+
+        return jax.lax.while_loop(lambda c: running(c) & (c[2] == 0), block, carry)
+
     def run_width(index: int, carry):
+        if config.widths[index] == 0 and not free_look(drafter):
+            return run_idle(carry)
+
         def one(c):
             state = width_step(target, drafter, c[1], config, index)
             picked, state = choose_width(drafter, state, config, policy)
@@ -145,7 +177,7 @@ def decode_program(
             carry = run_width(index, carry)
         return carry
 
-    picked, state = choose_width(drafter, constrain(state), config, policy)
+    picked, state = next_width(drafter, constrain(state), config, policy)
     steps, state, _ = jax.lax.while_loop(running, each_width, (jnp.int32(0), state, picked))
     return state, steps
 

@@ -17,7 +17,7 @@ from specjax.buffers import append_rows
 from specjax.decode import widths as width_control
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
-from specjax.drafters.base import Draft
+from specjax.drafters.base import Draft, Drafter, draws_with_replacement
 from specjax.drafters.feature import path_features
 from specjax.models.pure import PureModel, prefill
 from specjax.sampling import split_keys
@@ -26,7 +26,7 @@ from specjax.typing import Array, PRNGKey
 
 def init_state(
     target: PureModel,
-    drafter,
+    drafter: Drafter | None,
     prompts: Array,
     prompt_lengths: Array,
     key: PRNGKey,
@@ -165,12 +165,15 @@ def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
     return jnp.minimum(draft.num_draft, first).astype(jnp.int32)
 
 
-def verify_rows(config: DecodeConfig, keys, draft: Draft, num_draft, target_probs):
+def verify_rows(
+    config: DecodeConfig, keys, draft: Draft, num_draft, target_probs, *, replacement: bool = True
+):
     """Runs the verifier once for the batch, each row with its own key ``keys [B]`` (rows never
-    share randomness; a row's outcome is what verifying it alone with its key gives)."""
+    share randomness; a row's outcome is what verifying it alone with its key gives).
+    ``replacement``: the drafter's (how sibling paths were drawn), told to ``specinfer``."""
     fn = verify.get(config.verifier)
     if config.verifier == "specinfer":
-        fn = functools.partial(fn, replacement=config.replacement)
+        fn = functools.partial(fn, replacement=replacement)
     if config.multipath:  # [B, K, L] paths
         return fn(keys, draft.tokens, draft.probs, target_probs, num_draft=num_draft)
     first = lambda x: x[:, 0]  # one chain: [B, L]
@@ -205,7 +208,9 @@ def tree_inputs(state: DecodeState, draft_tokens: Array) -> tuple[Array, Array, 
     return feed, positions, mask
 
 
-def verify_tree(config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array):
+def verify_tree(
+    config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array, *, replacement: bool = True
+):
     """Verifies a draft tree against the target's logits of :func:`tree_inputs`' feed.
 
     Args:
@@ -213,6 +218,7 @@ def verify_tree(config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array
       keys: per-row PRNG keys ``[B]``.
       draft: the drafter's K paths of L tokens per row.
       logits: ``[B, T, V]`` the target's logits at the tree's nodes.
+      replacement: the drafter's ``replacement`` (how its sibling paths were drawn).
 
     Returns:
       ``(result, num_draft)``: the verifier's result per row (``num_accepted [B]``, ``path [B]``,
@@ -224,16 +230,23 @@ def verify_tree(config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array
     _, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
     probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
     target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
-    return verify_rows(config, keys, draft, num_draft, target_probs), num_draft
+    result = verify_rows(config, keys, draft, num_draft, target_probs, replacement=replacement)
+    return result, num_draft
 
 
-def speculative_step(target: PureModel, drafter, state: DecodeState, config: DecodeConfig):
+def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, config: DecodeConfig):
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     layers = feature_layers(drafter)
     out = verify_and_commit(
-        target, state.replace(keys=keys), draft, k_verify, config, features=layers
+        target,
+        state.replace(keys=keys),
+        draft,
+        k_verify,
+        config,
+        features=layers,
+        replacement=draws_with_replacement(drafter),
     )
     new, path, tau = out[:3]
     extra = {"features": out[3]} if layers else {}  # the root's and the path's target features
@@ -250,12 +263,16 @@ def verify_and_commit(
     k_verify: PRNGKey,
     config: DecodeConfig,
     features: tuple[int, ...] = (),
+    *,
+    replacement: bool = True,
 ):
     """The target's half of a speculative step (everything but drafting and the draft cache).
 
     Args:
       features: target blocks whose hidden states a feature drafter reads; they come out of the
         same tree forward.
+      replacement: the drafter's ``replacement`` (how its sibling paths were drawn), for
+        ``specinfer``.
 
     Returns:
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``; with
@@ -268,7 +285,7 @@ def verify_and_commit(
         logits, cache, hidden = target(feed, features=features, **kwargs)  # hidden [B, T, A, D]
     else:
         logits, cache = target(feed, **kwargs)
-    result, num_draft = verify_tree(config, k_verify, draft, logits)
+    result, num_draft = verify_tree(config, k_verify, draft, logits, replacement=replacement)
     tau, path = result.num_accepted, result.path  # [B], [B]
 
     # Commit the accepted prefix of the followed path and the next token.

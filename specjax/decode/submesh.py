@@ -25,6 +25,7 @@ from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.state import check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
+from specjax.drafters.base import Drafter, draws_with_replacement
 from specjax.models.pure import PureModel
 
 
@@ -77,7 +78,7 @@ def _propose(drafter, draft_state, keys, tokens, lengths):
     return drafter.propose(draft_state, keys, tokens, lengths)
 
 
-_verify = jax.jit(verify_and_commit, static_argnames=("config",))
+_verify = jax.jit(verify_and_commit, static_argnames=("config", "replacement"))
 
 
 @jax.jit
@@ -89,7 +90,7 @@ def generate_on_submeshes(
     target: PureModel,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
-    drafter,
+    drafter: Drafter,
     seed: int,
     mesh,
     draft_mesh,
@@ -105,6 +106,7 @@ def generate_on_submeshes(
     on = lambda m: lambda x: jax.device_put(x, sharding.batch_sharding(m, np.ndim(x)))
     to_t, to_d = on(mesh), on(draft_mesh)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    replacement = draws_with_replacement(drafter)
 
     def run(max_steps: int | None):
         state = _init_target(
@@ -124,7 +126,14 @@ def generate_on_submeshes(
                 drafter, draft_state, to_d(k_draft), to_d(state.tokens), to_d(state.lengths)
             )
             before_lengths, active = state.lengths, ~state.done
-            state, path, tau = _verify(target, state, jax.tree.map(to_t, draft), k_verify, config)
+            state, path, tau = _verify(
+                target,
+                state,
+                jax.tree.map(to_t, draft),
+                k_verify,
+                config,
+                replacement=replacement,
+            )
             draft_state = _commit(
                 drafter,
                 draft_state,

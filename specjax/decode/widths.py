@@ -76,6 +76,9 @@ class WidthControl:
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
       first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
         is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
+      next: int32 ``[]`` the index of the width the next step takes, chosen after the latest
+        step under the automatic or random policy (-1: not chosen yet, or chosen by forcing),
+        so a generation split over several decode calls takes the widths one call would.
       widths: the static widths (``DecodeConfig.widths``).
     """
 
@@ -86,6 +89,7 @@ class WidthControl:
     steps: Array
     last: Array
     first: Array
+    next: Array
     widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
@@ -101,6 +105,7 @@ class WidthControl:
             steps=jnp.zeros((len(widths),), jnp.int32),
             last=jnp.int32(-1),
             first=jnp.full((batch,), -1, jnp.int32),
+            next=jnp.int32(-1),
             widths=tuple(widths),
         )
 

@@ -28,11 +28,17 @@ class Draft(NamedTuple):
 
 
 class Drafter(Protocol):
-    """The drafter interface (see :class:`~specjax.drafters.ModelDrafter`)."""
+    """The drafter interface (see :class:`~specjax.drafters.ModelDrafter`).
+
+    Constructors take the model (or the vocabulary size) positionally and every knob by keyword,
+    in one order: ``num_paths``, ``draft_len``, the drafter's own knobs, ``replacement``.
+    """
 
     num_paths: int  # K
     draft_len: int  # L
-    replacement: bool  # whether sibling paths are i.i.d. (True) or drawn without replacement
+    # Whether sibling paths are i.i.d. (True) or drawn without replacement (False): the one place
+    # this is stated; the step tells the specinfer verifier (see draws_with_replacement).
+    replacement: bool
     vocab_size: int  # V; must equal the target's
     max_seq_len: int | None  # the longest sequence the drafter can hold (None: no limit)
     greedy_only: bool  # paths are fixed proposals: exact at temperature 0 only (specinfer)
@@ -60,3 +66,9 @@ class Drafter(Protocol):
         ``before``/``after`` are the states before and after ``propose``; ``lengths [B]`` the
         sequence lengths at propose time; rows with ``active [B]`` False keep ``before``.
         """
+
+
+def draws_with_replacement(drafter) -> bool:
+    """The ``replacement`` of ``drafter``: True (i.i.d. sibling paths) for None (autoregressive
+    decoding) and for a drafter that does not state it."""
+    return bool(getattr(drafter, "replacement", True))

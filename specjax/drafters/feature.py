@@ -53,17 +53,21 @@ class FeatureState:
 class FeatureDrafter:
     """Drafts with an :class:`EagleHead` on the target's features.
 
+    ``FeatureDrafter(head, *, num_paths=1, draft_len=4, sampling)``: every argument after the
+    head is keyword-only (the order every drafter shares).
+
     Attributes:
       head: the head (a :class:`PureModel` of it, or the module, split on construction).
-      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
       num_paths: K (i.i.d. paths).
       draft_len: L.
+      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
     """
 
     head: PureModel
-    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    _: dataclasses.KW_ONLY
     num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
+    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.head, EagleHead):

@@ -26,20 +26,25 @@ from specjax.typing import Array, PRNGKey
 class ModelDrafter:
     """Drafts with a small Llama sharing the target's tokenizer.
 
+    ``ModelDrafter(model, *, num_paths=1, draft_len=4, sampling, replacement=True)``: every
+    argument after the model is keyword-only (the order every drafter shares).
+
     Attributes:
       model: the draft model (:class:`PureModel`, or a :class:`Llama` as loaded, split on
         construction; its weights are pytree leaves).
-      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
       num_paths: K.
       draft_len: L.
+      sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
       replacement: True: the K paths are i.i.d.; False: the K root children are drawn without
-        replacement in path order (deeper nodes have no siblings then).
+        replacement in path order (deeper nodes have no siblings then), which only the
+        ``specinfer`` verifier verifies (it is told this drafter's ``replacement``).
     """
 
     model: PureModel
-    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    _: dataclasses.KW_ONLY
     num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
+    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):

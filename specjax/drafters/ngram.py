@@ -30,18 +30,26 @@ from specjax.typing import Array, PRNGKey
 class NgramDrafter:
     """Prompt-lookup drafting over the row's own tokens (prompt and generated text).
 
+    ``NgramDrafter(vocab_size, *, num_paths=1, draft_len=4, max_ngram=3, min_ngram=1,
+    replacement=True)``: every argument after ``vocab_size`` is keyword-only (the order every
+    drafter shares).
+
     Attributes:
       vocab_size: V of the target.
+      num_paths: K, the best distinct matches proposed (K > 1: ``specinfer`` at temperature 0).
       draft_len: L, the most tokens proposed per step.
       max_ngram: longest suffix tried first.
       min_ngram: shortest suffix tried.
+      replacement: what the ``specinfer`` verifier is told about sibling paths (the matches are
+        fixed proposals, exact at temperature 0 either way).
     """
 
     vocab_size: int = dataclasses.field(metadata=dict(static=True))
+    _: dataclasses.KW_ONLY
+    num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     max_ngram: int = dataclasses.field(default=3, metadata=dict(static=True))
     min_ngram: int = dataclasses.field(default=1, metadata=dict(static=True))
-    num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):

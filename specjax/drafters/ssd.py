@@ -54,15 +54,19 @@ from specjax.typing import Array, PRNGKey
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SSDDrafter:
-    """The SSD draft: a small Llama, its sampling, and the :class:`SSDConfig`.
+    """The SSD draft: a small Llama, the :class:`SSDConfig` and its sampling.
 
-    It states the :class:`~specjax.drafters.base.Drafter` attributes the input checks read
-    (one path of L tokens); the rounds call :meth:`init`, :meth:`serve` and :meth:`build`.
+    ``SSDDrafter(model, *, ssd, sampling)``: keyword-only after the model, like every drafter
+    (``ssd`` holds the shape, L and the fan-out, where the others take ``num_paths`` and
+    ``draft_len``). It states the :class:`~specjax.drafters.base.Drafter` attributes the input
+    checks read (one path of L tokens); the rounds call :meth:`init`, :meth:`serve` and
+    :meth:`build`.
     """
 
     model: PureModel
-    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    _: dataclasses.KW_ONLY
     ssd: SSDConfig = dataclasses.field(metadata=dict(static=True))
+    sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
@@ -144,7 +148,10 @@ class SSDDrafter:
             )
         elif backup == "ngram":
             fast = NgramDrafter(
-                self.vocab_size, l_len, self.ssd.ngram_max, self.ssd.ngram_min
+                self.vocab_size,
+                draft_len=l_len,
+                max_ngram=self.ssd.ngram_max,
+                min_ngram=self.ssd.ngram_min,
             ).propose((), None, tokens, outcome.lengths)[0]
             spec, laws = _select(miss, (fast.tokens[:, 0], fast.probs[:, 0]), (spec, laws))
             num = jnp.where(miss, fast.num_draft[:, 0], num)

@@ -106,10 +106,12 @@ def speculative_section(sec: Section, bench: Bench) -> None:
         params = SamplingParams(temperature=temp)
         spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
         configs[temp] = {"autoregressive": (DecodeConfig("autoregressive", params, new), None)}
-        ngram_drafter = NgramDrafter(cfg.vocab_size, sizes.ngram_len, **ngram)
+        ngram_drafter = NgramDrafter(cfg.vocab_size, draft_len=sizes.ngram_len, **ngram)
         configs[temp][f"n-gram L={sizes.ngram_len}"] = (spec, ngram_drafter)
         if head is not None:
-            head_drafter = FeatureDrafter(head, params, num_paths=1, draft_len=sizes.head_len)
+            head_drafter = FeatureDrafter(
+                head, num_paths=1, draft_len=sizes.head_len, sampling=params
+            )
             configs[temp][f"head L={sizes.head_len}"] = (spec, head_drafter)
     for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
         ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
@@ -164,8 +166,8 @@ def ssd_section(sec: Section, bench: Bench) -> None:
             params = SamplingParams(temperature=temp)
             ar = DecodeConfig("autoregressive", params, new)
             spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
-            plain = ModelDrafter(draft, params, draft_len=l_len)
-            ssd = SSDDrafter(draft, params, SSDConfig(fan_out=fan))
+            plain = ModelDrafter(draft, draft_len=l_len, sampling=params)
+            ssd = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan), sampling=params)
             runs = {
                 "autoregressive": functools.partial(generate, target, ids, ar),
                 "plain speculation": functools.partial(generate, target, ids, spec, plain),

@@ -24,9 +24,7 @@ from absl import app, flags
 from specjax.decode import DecodeConfig
 from specjax.decode.seams import decode_program, prefill_program, prepare
 from specjax.drafters import ModelDrafter
-from specjax.models import attention
-from specjax.models.pure import PureModel, truncated
-from specjax.models.sources import load_model
+from specjax.models import attention, load_pair
 from specjax.sampling import SamplingParams
 
 _CAPACITIES = flags.DEFINE_string("capacities", "512,8192", "KV-cache capacities S to compare.")
@@ -94,9 +92,8 @@ DEFAULT_WINDOW = attention.MIN_WINDOW
 
 def main(argv):
     del argv
-    module, tokenizer = load_model("smollm2", "float32")
-    target = PureModel.of(module)
-    draft = PureModel.of(truncated(module, 8))
+    shipped = load_pair("smollm2_self", dtype="float32", draft_layers=8)
+    target, draft, tokenizer = shipped.target, shipped.draft, shipped.tokenizer
     prompt = tokenizer.encode(
         tokenizer.apply_chat_template([{"role": "user", "content": _PROMPT.value}])
     )

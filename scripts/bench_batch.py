@@ -41,8 +41,7 @@ from specjax.cli.job_files import ResultsFile, record
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.batching import ContinuousBatch, Request
 from specjax.drafters import ModelDrafter, NgramDrafter
-from specjax.models.pure import PureModel
-from specjax.models.sources import load_model
+from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 from specjax.train.prompts import mtbench_questions, sharegpt_prompts
 
@@ -64,8 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def shakespeare_job(n: int, rng: np.random.Generator):
     """``(target, drafter, config, texts, tokenizer)`` of the Shakespeare pair."""
-    target, tokenizer = load_model(str(ROOT / "checkpoints/shakespeare/target"), "")
-    draft, _ = load_model(str(ROOT / "checkpoints/shakespeare/draft"), "")
+    shipped = load_pair("shakespeare")
     text = (ROOT / "data/shakespeare_slice.txt").read_text(encoding="utf-8")
     starts = rng.integers(0, len(text) - 500, size=n)
     lengths = np.exp(rng.uniform(np.log(10), np.log(400), size=n)).astype(int)
@@ -74,13 +72,14 @@ def shakespeare_job(n: int, rng: np.random.Generator):
     sampling = SamplingParams(temperature=1.0)
     stops = tuple(ord(c) for c in ".!?")
     config = DecodeConfig("block", sampling, _SHAKESPEARE_TOKENS.value, stops)
-    drafter = ModelDrafter(PureModel.of(draft), num_paths=1, draft_len=4, sampling=sampling)
-    return PureModel.of(target), drafter, config, texts, tokenizer
+    drafter = ModelDrafter(shipped.draft, num_paths=1, draft_len=4, sampling=sampling)
+    return shipped.target, drafter, config, texts, shipped.tokenizer
 
 
 def smollm2_job(n: int, rng: np.random.Generator):
     """``(target, drafter, config, texts, tokenizer)`` of SmolLM2 with the n-gram drafter."""
-    target, tokenizer = load_model("smollm2", "")
+    shipped = load_pair("smollm2")
+    target, tokenizer = shipped.target, shipped.tokenizer
     questions = [q["turns"][0] for q in mtbench_questions()]
     shared = [t for _, t in sharegpt_prompts(10, 1500)]
     picked = rng.choice(len(shared), size=max(0, n - len(questions)), replace=False)
@@ -92,7 +91,7 @@ def smollm2_job(n: int, rng: np.random.Generator):
         "block", sampling, _SMOLLM2_TOKENS.value, (tokenizer.eos_id,), widths=(0, 6)
     )
     drafter = NgramDrafter(target.config.vocab_size, draft_len=6)
-    return PureModel.of(target), drafter, config, texts, tokenizer
+    return target, drafter, config, texts, tokenizer
 
 
 def fixed_batches(target, drafter, config, prompts, slots: int, seed: int):

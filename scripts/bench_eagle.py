@@ -23,9 +23,7 @@ from benchlib.chat_prompts import CHATS
 
 from specjax.decode import DecodeConfig, generate
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import fetch_smollm2, load_pretrained
-from specjax.models.eagle import load_head
-from specjax.models.pure import PureModel
+from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 from specjax.train.prompts import mtbench_questions
 
@@ -51,9 +49,8 @@ def prompts() -> dict[str, str]:
 
 def main(argv):
     del argv
-    pre = load_pretrained(fetch_smollm2())
-    target, tok = PureModel.of(pre.model), pre.tokenizer
-    head = load_head(_HEAD.value, pre.model.embed[...])
+    shipped = load_pair("smollm2_eagle", head=_HEAD.value)
+    target, tok, head = shipped.target, shipped.tokenizer, shipped.draft
     n = _NEW.value
     records = []
     for temp in map(float, _TEMPS.value):

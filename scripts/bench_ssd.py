@@ -25,8 +25,7 @@ from specjax.decode.ssd import generate_ssd, ssd_rates
 from specjax.drafters.fanout import parse_fan_out
 from specjax.drafters.speculation import SSDConfig
 from specjax.drafters.ssd import SSDDrafter
-from specjax.models import load_model
-from specjax.models.pure import PureModel, truncated
+from specjax.models import load_pair as load_shipped_pair
 from specjax.sampling import SamplingParams
 
 _PAIRS = flags.DEFINE_list("pairs", ["shakespeare", "smollm2"], "shakespeare and/or smollm2.")
@@ -54,12 +53,10 @@ def load_pair(name: str):
     """``(target, draft, tokenizer)`` PureModels: the committed Shakespeare pair, or SmolLM2
     with its first 8 layers as the self-draft."""
     if name == "shakespeare":
-        target, tokenizer = load_model("checkpoints/shakespeare/target", "")
-        draft, _ = load_model("checkpoints/shakespeare/draft", "")
+        shipped = load_shipped_pair("shakespeare")
     else:
-        target, tokenizer = load_model("smollm2", "")
-        draft = truncated(target, 8)
-    return PureModel.of(target), PureModel.of(draft), tokenizer
+        shipped = load_shipped_pair("smollm2_self", draft_layers=8)
+    return shipped.target, shipped.draft, shipped.tokenizer
 
 
 def rows_for(name: str, quick: bool) -> list[tuple[str, int, float, float]]:

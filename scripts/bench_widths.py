@@ -24,7 +24,7 @@ from benchlib.chat_prompts import CHATS, PARAGRAPH
 
 from specjax.decode import DecodeConfig, Stream, generate
 from specjax.drafters import ModelDrafter, NgramDrafter
-from specjax.models import fetch_smollm2, load_pretrained
+from specjax.models import load_pair
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 from specjax.train.prompts import mtbench_questions
@@ -109,9 +109,8 @@ def interleaved(name: str, ids: list[int], target, configs: dict) -> list[dict]:
 
 def shakespeare_table(n: int) -> list[dict]:
     """The committed Shakespeare pair (configs/shakespeare.py, L = 4) at T = 0 and T = 1."""
-    target = PureModel.of(load_pretrained("checkpoints/shakespeare/target").model)
-    draft = PureModel.of(load_pretrained("checkpoints/shakespeare/draft").model)
-    tok = load_pretrained("checkpoints/shakespeare/target").tokenizer
+    shipped = load_pair("shakespeare")
+    target, draft, tok = shipped.target, shipped.draft, shipped.tokenizer
     records = []
     for temp in (0.0, 1.0):
         params = SamplingParams(temperature=temp)
@@ -176,19 +175,19 @@ def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, list[
 
 def main(argv):
     del argv
-    pre = load_pretrained(fetch_smollm2())
-    target, tok = PureModel.of(pre.model), pre.tokenizer
+    smol = load_pair("smollm2")
+    target, module, tok = smol.target, smol.target_module, smol.tokenizer
     n, l_len = _NEW.value, _LEN.value
     parts = set(_PARTS.value)
     records = speed_table(target, tok, n, l_len) if "speed" in parts else []
-    traces = widths_over_time(target, pre.model, tok, n, l_len) if "traces" in parts else {}
+    traces = widths_over_time(target, module, tok, n, l_len) if "traces" in parts else {}
     shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value) if "shakespeare" in parts else []
     report = render(records, traces, l_len) if records or traces else ""
     report = report or f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n"
     if shakespeare:
         report += "\n" + render_pair(shakespeare)
     if "overhead" in parts:
-        overhead = width0_overhead(target, pre.model, tok, n, l_len)
+        overhead = width0_overhead(target, module, tok, n, l_len)
         report += "\n\nTime over autoregressive time, steps that never speculate: " + ", ".join(
             f"{k} {v:.3f}" for k, v in overhead.items()
         )

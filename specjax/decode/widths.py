@@ -15,7 +15,7 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
 * the cost of a width-w step relative to a one-token step, ``costs [W]`` — measured on the
-  compiled program itself by :func:`specjax.decode.loop.generate` (:func:`calibrate_costs`), or
+  compiled program itself by :func:`specjax.decode.loop.generate` (``Run.calibrate``), or
   :func:`guess_costs` until then.
 
 It maximises the batch's expected goodput ``sum_b (1 + E_b[accepted | w]) / costs[w]`` with
@@ -69,6 +69,8 @@ class WidthControl:
 
     Attributes:
       accept: float32 ``[B, L]`` moving average of per-position conditional acceptance.
+      seen: int32 ``[B, L]`` observations behind each estimate (the first few weigh more:
+        the prior is one pseudo-observation, so a good draft is believed after a few probes).
       idle: int32 ``[]`` consecutive width-0 steps.
       probe_after: int32 ``[]`` width-0 steps before the next probe.
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
@@ -83,6 +85,7 @@ class WidthControl:
     """
 
     accept: Array
+    seen: Array
     idle: Array
     probe_after: Array
     key: PRNGKey
@@ -99,6 +102,7 @@ class WidthControl:
         """The controller before any step."""
         return cls(
             accept=jnp.full((batch, draft_len), PRIOR_LATER, jnp.float32).at[:, 0].set(PRIOR),
+            seen=jnp.zeros((batch, draft_len), jnp.int32),
             idle=jnp.int32(0),
             probe_after=jnp.int32(PROBE),
             key=key,
@@ -204,10 +208,21 @@ def observe(
     pos = jnp.arange(l_len)[None, :]
     seen = active[:, None] & (pos < proposed[:, None]) & (pos <= tau[:, None])  # [B, L]
     hit = (pos < tau[:, None]).astype(jnp.float32)
-    accept = jnp.where(seen, control.accept + RATE * (hit - control.accept), control.accept)
+    rate = jnp.maximum(RATE, 1.0 / (control.seen + 2).astype(jnp.float32))  # [B, L]
+    accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
     counted = jnp.any(active).astype(jnp.int32)
     steps = control.steps.at[index].add(counted)
-    return dataclasses.replace(control, accept=accept, steps=steps, last=index)
+    # A draft that paid (half of what it proposed accepted): probe again soon if width 0 follows.
+    fed = jnp.sum(jnp.where(active, proposed, 0))
+    paid = (index > 0) & (fed > 0) & (2 * jnp.sum(jnp.where(active, tau, 0)) >= fed)
+    return dataclasses.replace(
+        control,
+        accept=accept,
+        seen=control.seen + seen.astype(jnp.int32),
+        probe_after=jnp.where(paid, PROBE, control.probe_after).astype(jnp.int32),
+        steps=steps,
+        last=index,
+    )
 
 
 def guess_costs(widths: tuple[int, ...], num_paths: int, per_token: float = 0.1) -> np.ndarray:

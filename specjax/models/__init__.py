@@ -6,6 +6,7 @@ from specjax.models.config import LlamaConfig, RopeScaling, preset
 from specjax.models.fetch import fetch_smollm2
 from specjax.models.gguf_loader import load_gguf
 from specjax.models.llama import Llama
+from specjax.models.pairs import ShippedPair, load_pair
 from specjax.models.pretrained import Pretrained, build_model, load_pretrained
 from specjax.models.pure import PureModel, truncated
 from specjax.models.safetensors_loader import load_safetensors
@@ -20,12 +21,14 @@ __all__ = [
     "Pretrained",
     "PureModel",
     "RopeScaling",
+    "ShippedPair",
     "Tokenizer",
     "build_model",
     "fetch_smollm2",
     "load_gguf",
     "load_model",
     "load_on_mesh",
+    "load_pair",
     "load_pretrained",
     "load_safetensors",
     "load_tokenizer",

@@ -21,7 +21,7 @@ from specjax.models import (
     LlamaConfig,
     config,
     fetch,
-    load_pretrained,
+    load_pair,
 )
 from specjax.models.pure import PureModel
 from specjax.train.feature_data import encode_chat as encode_chat_turns
@@ -142,8 +142,8 @@ def load_smollm2(sizes: Sizes, gguf: Path | None, dtype: str) -> tuple[PureModel
     if sizes.quick:
         return random_model(tiny_smollm2(dtype)), None, "tiny random stand-in (--quick)"
     if gguf is not None:
-        pre = load_pretrained(gguf, dtype=dtype)
-        return PureModel.of(pre.model), pre.tokenizer, f"real weights ({gguf.name} -> {dtype})"
+        smol = load_pair("smollm2", source=gguf, dtype=dtype)
+        return smol.target, smol.tokenizer, f"real weights ({gguf.name} -> {dtype})"
     cfg = config.smollm2_135m(dtype=dtype, param_dtype=dtype)
     return random_model(cfg), None, "random weights of SmolLM2's shape (GGUF not cached)"
 

@@ -272,12 +272,18 @@ def test_controller_choices():
     # Later observations weigh 1/3, 1/4, then RATE: the estimate settles.
     again = W.observe(after, jnp.int32(2), active, jnp.asarray([0, 2, 4]), jnp.asarray([4, 4, 1]))
     np.testing.assert_allclose(np.asarray(again.accept)[2, 0], up(up(first), 1 / 3))
-    # A draft that paid resets the probe wait; one that did not leaves it.
-    waited = control.__class__(**{**control.__dict__, "probe_after": jnp.int32(64)})
-    full, none = jnp.asarray([3, 3, 3]), jnp.asarray([0, 0, 0])
+    # A probe whose draft beat width 0 ((1 + gain) / cost >= 1 / cost_0) resets the wait; one
+    # that did not leaves it (here: 1 + 3 accepted at cost 3 pays, 1 + 0 does not), though
+    # the estimates still favour width 0.
+    waited = bad.__class__(
+        **{**bad.__dict__, "probe_after": jnp.int32(64), "seen": jnp.full((3, 4), 99)}
+    )
+    dear = W.Policy(jnp.asarray([1.0, 3.0, 5.0]), jnp.int32(W.AUTO))
     three = jnp.asarray([3, 3, 3])
-    assert int(W.observe(waited, jnp.int32(1), active, full, three).probe_after) == W.PROBE
-    assert int(W.observe(waited, jnp.int32(1), active, none, three).probe_after) == 64
+    for accepted, wait in ((three, W.PROBE), (jnp.asarray([0, 0, 0]), 64)):
+        probed = W.observe(waited, jnp.int32(1), active, accepted, three)
+        index, after = W.choose(probed, dear, hint, active, widths)
+        assert int(index) == 0 and int(after.probe_after) == wait
 
 
 @SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier

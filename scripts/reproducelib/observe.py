@@ -2,70 +2,36 @@
 accepted length on the step's drafts.
 
 :func:`observe` decodes as :func:`specjax.decode.generate` does (the same prefill and the same
-step: draft, one target forward, verify, commit), one compiled step per call from Python, and
-hands back every step's drafted blocks with the draft's and the target's laws along them. From
+step: draft, one target forward, verify, commit), one compiled
+:func:`specjax.decode.seams.observed_step` per call from Python, and hands back every step's
+drafted blocks with the draft's and the target's laws along them (from that one forward). From
 those the host computes ``E[tau | block]`` under token and under block verification
 (:func:`reproducelib.chain_exact.token_expected` / ``block_expected``): a paired comparison of
 the two rules on the same contexts and the same drafts, with no verifier randomness in it.
 
 A feature drafter (:class:`~specjax.drafters.FeatureDrafter`) gets the target's hidden states
-of the root and block 0 from the verifying forward, as in :func:`specjax.decode.generate`.
+of the root and block 0 from that forward, as in :func:`specjax.decode.generate`.
 
-With ``paths = M > 1`` the drafter proposes M i.i.d. blocks per step; all M are scored (their
-mean estimates E over drafts at that context M times more precisely), and the real verifier
-decodes block 0, which is distributed as the one block of a K = 1 drafter. With ``paths = 1`` the
-step is :func:`specjax.decode.speculative_step` itself: same seed, same tokens as ``generate``.
+With ``paths = M > 1`` the drafter proposes M i.i.d. blocks per step; all M are scored in the
+step's one tree forward (their mean estimates E over drafts at that context M times more
+precisely), and the real verifier decodes block 0, which is distributed as the one block of a
+K = 1 drafter. With ``paths = 1`` the step is :func:`specjax.decode.speculative_step` itself:
+same seed, same tokens as ``generate``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from reproducelib import chain_exact
-from specjax import sampling, tree
 from specjax.decode import DecodeConfig
-from specjax.decode.seams import (
-    outputs,
-    prefill_program,
-    prepare,
-    split_keys,
-    tree_inputs,
-    verify_and_commit,
-)
-from specjax.decode.step import feature_layers
-from specjax.drafters.base import Draft
+from specjax.decode.seams import observed_step, outputs, prefill_program, prepare
 
 _prefill = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
-
-
-@functools.partial(jax.jit, static_argnames=("config",))
-def _observed_step(target, drafter, state, config):
-    """:func:`specjax.decode.speculative_step` (same keys, same calls) on path 0, plus every
-    drafted path, its draft laws and the target's laws along it."""
-    keys, k_draft, k_verify = split_keys(state.keys, 3)
-    draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
-    k_paths, l_len = draft.tokens.shape[1:]
-    feed, positions, mask = tree_inputs(state, draft.tokens)
-    logits, _ = target(feed, cache=state.target_cache, positions=positions, attn_mask=mask)
-    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, 1 + K L, V]
-    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L+1, V]
-    chain = Draft(draft.tokens[:, :1], draft.probs[:, :1], draft.num_draft[:, :1])
-    layers = feature_layers(drafter)  # a feature drafter reads the chain forward's hidden states
-    out = verify_and_commit(
-        target, state.replace(keys=keys), chain, k_verify, config, features=layers
-    )
-    new, path, tau = out[:3]
-    extra = {"features": out[3]} if layers else {}  # the root's and block 0's features
-    draft_state = drafter.commit(
-        state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
-    )
-    seen = (draft.tokens, draft.probs, target_probs, tau, ~state.done)
-    return new.replace(draft_state=draft_state), seen
+_step = jax.jit(observed_step, static_argnames=("config",))
 
 
 @dataclasses.dataclass
@@ -117,7 +83,8 @@ def observe(target, drafter, prompts, config: DecodeConfig, seed: int) -> Observ
     )
     e_token, e_block, taus = [], [], []
     while not bool(np.all(jax.device_get(state.done))):
-        state, seen = _observed_step(target, drafter, state, config)
+        state, laws = _step(target, drafter, state, config)
+        seen = (laws.tokens, laws.draft_probs, laws.target_probs, laws.tau, laws.active)
         tokens, q_rows, p_rows, tau, active = (np.asarray(x) for x in jax.device_get(seen))
         for row in np.flatnonzero(active):
             blocks = [

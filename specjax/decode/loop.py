@@ -33,10 +33,11 @@ from specjax.models.pure import PureModel, as_pure
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
-CALIBRATION_SECONDS, CALIBRATION_STEPS = 0.02, (3, 24)
-"""How long :meth:`Run.calibrate`'s long call at width 0 should run, and the bounds of the steps
-it runs beyond the one-step call (a sub-millisecond step needs many to rise above the noise; a
-25 ms one needs three)."""
+CALIBRATION_SECONDS, CALIBRATION_STEPS, CALIBRATION_REPEATS = 0.01, (3, 16), 5
+"""How long :meth:`Run.calibrate`'s long call at width 0 should run, the bounds of the steps it
+runs beyond the one-step call, and the estimates per width (median) when a one-step call takes
+less than ``CALIBRATION_SECONDS`` (a sub-millisecond step needs many steps and estimates to rise
+above a call's own cost and the noise; a 25 ms one gets three steps, once)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,36 +202,47 @@ class Run:
     def calibrate(self, state: DecodeState) -> DecodeState:
         """Measures the cost of a step at each width on this program, once per program: real
         decoding steps forced at each width (their tokens are kept: every width is an exact
-        step), timed. A width's cost is the time of a call of 1 + n steps less that of a
-        one-step call, per extra step, so the cost of a call itself (dispatch, reading the
-        counters: a large part of a sub-millisecond step) cancels; n is sized from the first
-        width-0 call so that the long call runs about ``CALIBRATION_SECONDS`` (within
-        ``CALIBRATION_STEPS``). Stops early, measuring nothing, if every row finishes."""
+        step), timed. One estimate of a width's cost is the time of a call of 1 + n steps less
+        that of a one-step call, per extra step, so the cost of a call itself (dispatch and
+        reading the counters: as much as a sub-millisecond step) cancels. n and the number of
+        estimates (their median is kept) are sized from the first width-0 call
+        (``CALIBRATION_SECONDS``, ``CALIBRATION_STEPS``, ``CALIBRATION_REPEATS``), so cheap
+        steps get more of both. Stops early, measuring nothing, if every row finishes."""
         if not self.config.widths or self.config.width_costs or self.key in PROGRAMS.costs:
             return state
-        seconds = np.zeros(len(self.config.widths))
-        steps = np.zeros(len(self.config.widths))
+        n_widths = len(self.config.widths)
         first = time.perf_counter()
-        for i in range(len(self.config.widths)):  # untimed: a width's first run is slower
+        for i in range(n_widths):  # untimed: a width's first run is slower
             state = self.decode(state, 1, force=i)
             if i == 0:
                 jax.device_get(state.lengths)
-                first = time.perf_counter() - first
+                first = max(time.perf_counter() - first, 1e-6)
+        cheap = first < CALIBRATION_SECONDS  # a call's cost and first runs weigh: warm, repeat
+        for i in range(n_widths if cheap else 0):
+            state = self.decode(state, 1, force=i)
         low, high = CALIBRATION_STEPS
-        extra = int(np.clip(np.ceil(CALIBRATION_SECONDS / max(first, 1e-6)), low, high))
-        for n, sign in ((1, -1.0), (1 + extra, 1.0)):
-            for i in range(len(self.config.widths)):
-                before = jax.device_get(state.control.steps)[i]
-                start = time.perf_counter()
-                state = self.decode(state, n, force=i)
-                taken, done = jax.device_get((state.control.steps, state.done))
-                seconds[i] += sign * (time.perf_counter() - start)
-                steps[i] += sign * (taken[i] - before)
-                if np.all(done):
-                    return state
-        if np.any(steps <= 0) or np.any(seconds <= 0):
-            return state  # rows finished mid-way or the timings were swamped: keep the guess
-        PROGRAMS.costs[self.key] = widths.costs_from_timings(list(seconds / steps))
+        extra = int(np.clip(np.ceil(CALIBRATION_SECONDS / first), low, high))
+        repeats = CALIBRATION_REPEATS if cheap else 1
+        per_step = [[] for _ in range(n_widths)]
+        for _ in range(repeats):
+            for i in range(n_widths):
+                timed = []
+                for n in (1, 1 + extra):
+                    before = jax.device_get(state.control.steps)[i]
+                    start = time.perf_counter()
+                    state = self.decode(state, n, force=i)
+                    taken, done = jax.device_get((state.control.steps, state.done))
+                    timed.append((time.perf_counter() - start, taken[i] - before))
+                    if np.all(done):
+                        return state
+                (short, n_short), (long, n_long) = timed
+                if n_long > n_short and long > short:
+                    per_step[i].append((long - short) / (n_long - n_short))
+        if not all(per_step):
+            return state  # the timings were swamped: keep the guess
+        costs = widths.costs_from_timings([np.median(t) for t in per_step])
+        if np.all(costs[1:] >= 1.0):  # a drafting step does more than a one-token step
+            PROGRAMS.costs[self.key] = costs  # (else noise won: measure again next call)
         return state
 
     def result(self, state: DecodeState, timing: Timing) -> Generation:

@@ -10,7 +10,11 @@ these are the pieces it is built from, stable enough to build on:
 * one step: ``step`` (the adaptive-width step), ``speculative_step`` / ``autoregressive_step``,
   ``init_state``, ``split_keys``, ``last_tokens``, ``verify_and_commit`` (the target's half),
   ``tree_inputs`` / ``verify_tree`` (the target's tree forward and its verification),
+  ``score_tree`` / ``commit_tree`` (``verify_and_commit``'s two halves: the one tree forward,
+  then verify and commit from its logits), ``tree_laws`` (the target's laws along each path),
   ``DecodeState`` and ``StepStats`` (the counters), ``outputs`` (a state's tokens per row);
+* observing a step: ``observed_step`` (``speculative_step`` that also returns the step's drafts,
+  draft laws and target laws from its one target forward, a ``StepLaws``);
 * SSD: ``generate_ssd`` (its loop, also reached through ``generate``), ``verify_round`` (the
   target half of a round), ``ssd_counts``.
 """
@@ -18,6 +22,7 @@ these are the pieces it is built from, stable enough to build on:
 from specjax.decode.adaptive import step
 from specjax.decode.inputs import PreparedBatch, prepare
 from specjax.decode.loop import compile_generation, outputs
+from specjax.decode.observe import StepLaws, observed_step
 from specjax.decode.programs import (
     PROGRAMS,
     constrain_state,
@@ -29,11 +34,14 @@ from specjax.decode.ssd import generate_ssd, ssd_counts, verify_round
 from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
     autoregressive_step,
+    commit_tree,
     init_state,
     last_tokens,
+    score_tree,
     speculative_step,
     split_keys,
     tree_inputs,
+    tree_laws,
     verify_and_commit,
     verify_tree,
 )
@@ -42,23 +50,28 @@ __all__ = [
     "PROGRAMS",
     "DecodeState",
     "PreparedBatch",
+    "StepLaws",
     "StepStats",
     "autoregressive_step",
+    "commit_tree",
     "compile_generation",
     "constrain_state",
     "decode_program",
     "generate_ssd",
     "init_state",
     "last_tokens",
+    "observed_step",
     "outputs",
     "prefill_program",
     "prepare",
+    "score_tree",
     "speculative_step",
     "split_keys",
     "ssd_counts",
     "state_shardings",
     "step",
     "tree_inputs",
+    "tree_laws",
     "verify_and_commit",
     "verify_round",
     "verify_tree",

@@ -19,6 +19,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
 from specjax.drafters.base import Draft, Drafter, draws_with_replacement
 from specjax.drafters.feature import path_features
+from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel, prefill
 from specjax.sampling import split_keys
 from specjax.typing import Array, PRNGKey
@@ -225,13 +226,19 @@ def verify_tree(
       ``next_token [B]``) and ``num_draft [B, K]`` cut at the first stop token and at the first
       draft law that is not a probability vector (the verifier cuts there too).
     """
-    k_paths, l_len = draft.tokens.shape[1:]
     num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
     _, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
-    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
-    target_probs = probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]  # [B, K, L + 1, V]
+    target_probs = tree_laws(config, logits, *draft.tokens.shape[1:])  # [B, K, L + 1, V]
     result = verify_rows(config, keys, draft, num_draft, target_probs, replacement=replacement)
     return result, num_draft
+
+
+def tree_laws(config: DecodeConfig, logits: Array, k_paths: int, l_len: int) -> Array:
+    """``target_probs [B, K, L + 1, V]``: the target's laws as sampled (``config.sampling``) at
+    the root and at every node of each of K paths of L, from the tree forward's ``logits
+    [B, T, V]`` (:func:`tree_inputs`' feed); what :func:`verify_tree` verifies against."""
+    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
+    return probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]
 
 
 def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, config: DecodeConfig):
@@ -266,7 +273,8 @@ def verify_and_commit(
     *,
     replacement: bool = True,
 ):
-    """The target's half of a speculative step (everything but drafting and the draft cache).
+    """The target's half of a speculative step (everything but drafting and the draft cache):
+    :func:`score_tree` then :func:`commit_tree`.
 
     Args:
       features: target blocks whose hidden states a feature drafter reads; they come out of the
@@ -278,13 +286,48 @@ def verify_and_commit(
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``; with
       ``features``, also the root's and the followed path's hidden states ``[B, L + 1, A, D]``.
     """
-    b, k_paths, l_len = draft.tokens.shape
-    feed, positions, mask = tree_inputs(state, draft.tokens)  # [B, T], [B, T], [B, T, T]
+    logits, cache, hidden = score_tree(target, state, draft.tokens, features)
+    out = commit_tree(state, draft, logits, cache, k_verify, config, replacement=replacement)
+    if features:
+        new_state, path, tau = out
+        return new_state, path, tau, path_features(hidden, path, draft.tokens.shape[2])
+    return out
+
+
+def score_tree(
+    target: PureModel, state: DecodeState, draft_tokens: Array, features: tuple[int, ...] = ()
+) -> tuple[Array, KVCache, Array | None]:
+    """The step's ONE target forward, over the draft tree of :func:`tree_inputs`.
+
+    Returns:
+      ``logits [B, T, V]``, the target cache with all T nodes written (:func:`commit_tree` rolls
+      it back) and, with ``features``, those blocks' hidden states ``[B, T, A, D]`` (else None).
+    """
+    feed, positions, mask = tree_inputs(state, draft_tokens)  # [B, T], [B, T], [B, T, T]
     kwargs = dict(cache=state.target_cache, positions=positions, attn_mask=mask)
     if features:
-        logits, cache, hidden = target(feed, features=features, **kwargs)  # hidden [B, T, A, D]
-    else:
-        logits, cache = target(feed, **kwargs)
+        return target(feed, features=features, **kwargs)
+    logits, cache = target(feed, **kwargs)
+    return logits, cache, None
+
+
+def commit_tree(
+    state: DecodeState,
+    draft: Draft,
+    logits: Array,
+    cache: KVCache,
+    k_verify: PRNGKey,
+    config: DecodeConfig,
+    *,
+    replacement: bool = True,
+) -> tuple[DecodeState, Array, Array]:
+    """Verifies a draft tree from its forward (:func:`score_tree`'s ``logits`` and ``cache``)
+    and commits the accepted prefix and the next token (a chain verifier verifies path 0).
+
+    Returns:
+      The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
+    """
+    b, k_paths, l_len = draft.tokens.shape
     result, num_draft = verify_tree(config, k_verify, draft, logits, replacement=replacement)
     tau, path = result.num_accepted, result.path  # [B], [B]
 
@@ -313,6 +356,4 @@ def verify_and_commit(
         target_cache=cache,
         stats=state.stats.record(active, tau, followed, invalid, fault),
     )
-    if features:
-        return new_state, path, tau, path_features(hidden, path, l_len)
     return new_state, path, tau

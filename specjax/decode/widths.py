@@ -55,6 +55,10 @@ PROBE, PROBE_MAX = 8, 128
 """Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
 each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again."""
 
+MARGIN = 1.05
+"""How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
+and a step that drafts in vain costs more than one that does not)."""
+
 AUTO = -1
 """``force`` value that lets the controller choose (else: the index of the width to use)."""
 
@@ -76,6 +80,9 @@ class WidthControl:
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
       steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
+      gain: float32 ``[]`` the latest step's accepted draft tokens, mean over active rows: a
+        probe that beat width 0 by :data:`MARGIN` (``(1 + gain) / costs[last]``) is repeated
+        soon.
       first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
         is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
       next: int32 ``[]`` the index of the width the next step takes, chosen after the latest
@@ -91,6 +98,7 @@ class WidthControl:
     key: PRNGKey
     steps: Array
     last: Array
+    gain: Array
     first: Array
     next: Array
     widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
@@ -108,6 +116,7 @@ class WidthControl:
             key=key,
             steps=jnp.zeros((len(widths),), jnp.int32),
             last=jnp.int32(-1),
+            gain=jnp.float32(0.0),
             first=jnp.full((batch,), -1, jnp.int32),
             next=jnp.int32(-1),
             widths=tuple(widths),
@@ -165,14 +174,19 @@ def choose(
       random: whether ``policy.force`` may be :data:`RANDOM` (the draw is compiled in only then).
     """
     gain = expected_accepted(control.accept, hint, widths)  # [B, W]
-    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / policy.costs
+    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
+    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0)
+    goodput = goodput / (policy.costs * margin)
     best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
     can_draft = jnp.any(active & (hint > 0))
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= control.probe_after) & can_draft
     probing = probing & probe & (len(widths) > 1)
     auto = jnp.where(probing, 1, best)
     after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
-    after = jnp.where(best > 0, PROBE, after)
+    last = jnp.clip(control.last, 0, len(widths) - 1)
+    paid = (1.0 + control.gain) * policy.costs[0] >= policy.costs[last] * MARGIN
+    paid = paid & (control.last > 0)
+    after = jnp.where((best > 0) | paid, PROBE, after)  # drafting pays: probe again soon
     key, drawn = control.key, jnp.int32(0)
     if random:
         key, k_draw = jax.random.split(control.key)
@@ -212,14 +226,13 @@ def observe(
     accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
     counted = jnp.any(active).astype(jnp.int32)
     steps = control.steps.at[index].add(counted)
-    # A draft that paid (half of what it proposed accepted): probe again soon if width 0 follows.
-    fed = jnp.sum(jnp.where(active, proposed, 0))
-    paid = (index > 0) & (fed > 0) & (2 * jnp.sum(jnp.where(active, tau, 0)) >= fed)
+    rows = jnp.maximum(jnp.sum(active), 1).astype(jnp.float32)
+    gain = jnp.sum(jnp.where(active, tau, 0)).astype(jnp.float32) / rows
     return dataclasses.replace(
         control,
         accept=accept,
         seen=control.seen + seen.astype(jnp.int32),
-        probe_after=jnp.where(paid, PROBE, control.probe_after).astype(jnp.int32),
+        gain=gain,
         steps=steps,
         last=index,
     )

@@ -40,10 +40,7 @@ def _release_compiled_programs():
 
     programs = sys.modules.get("specjax.decode.programs")
     if programs is not None:
-        programs.PROGRAMS.clear()
-    ssd = sys.modules.get("specjax.decode.ssd")
-    if ssd is not None:
-        ssd._COMPILED.clear()
+        programs.PROGRAMS.clear()  # every loop's programs, SSD's too
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
 

@@ -267,6 +267,17 @@ class _Programs:
             decode_jit.lower(target, drafter, state, steps, steps, policy).compile(),
         )
 
+    def program(self, fn, args, static: dict | None = None, donate: tuple[int, ...] = ()):
+        """``(executable, built)``: ``fn`` compiled for ``args`` (arrays or ShapeDtypeStructs,
+        their shardings kept) and ``static`` keywords, kept like the generation programs (the
+        loops with a draft on its own devices and SSD's rounds run their programs this way)."""
+        static = static or {}
+        key = ("program", fn, signature(args), tuple(sorted(static.items())), donate)
+        jitted = lambda: jax.jit(functools.partial(fn, **static), donate_argnums=donate)
+        program, built = self.kept.get(key, lambda: jitted().lower(*args).compile())
+        self.compiled += built
+        return program, built
+
     def insert(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The compiled :func:`~specjax.decode.slots.insert_program` for ``args = (target,
         drafter, state, prompts, prompt_lengths, slots, words, seed)`` (the state donated),

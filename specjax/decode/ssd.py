@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import time
 from collections.abc import Sequence
 
@@ -30,7 +29,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import check_seed, prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.programs import ProgramCache, signature
+from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import DecodeState, check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.speculation import FROM_CACHE, Outcome, SSDStats
@@ -99,17 +98,12 @@ def fused_program(
     return state, dstate.stats
 
 
-_COMPILED = ProgramCache(32)
-
-
 def compiled(fn, *args, static: dict | None = None, donate: tuple[int, ...] = ()):
-    """``fn`` compiled for ``args`` (arrays or ShapeDtypeStructs) and ``static`` keywords; kept
-    per signature, so a seen shape costs nothing. Returns ``(executable, seconds compiling)``."""
-    static = static or {}
-    key = (fn, signature(args), tuple(sorted(static.items())), donate)
+    """``fn`` compiled for ``args`` (arrays or ShapeDtypeStructs) and ``static`` keywords, kept
+    in the process's one program cache (:data:`~specjax.decode.programs.PROGRAMS`), so a seen
+    shape costs nothing. Returns ``(executable, seconds compiling)``."""
     start = time.perf_counter()
-    jitted = lambda: jax.jit(functools.partial(fn, **static), donate_argnums=donate)
-    program, built = _COMPILED.get(key, lambda: jitted().lower(*args).compile())
+    program, built = PROGRAMS.program(fn, args, static, donate)
     return program, (time.perf_counter() - start if built else 0.0)
 
 

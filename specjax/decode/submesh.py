@@ -10,7 +10,6 @@ loop's (same keys, same functions), so the tokens are too.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 
@@ -23,6 +22,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
+from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.base import Drafter, draws_with_replacement
@@ -47,7 +47,6 @@ def split_devices(target_shape, draft_shape, axis_names=("data", "model")):
     )
 
 
-@functools.partial(jax.jit, static_argnames=("capacity", "buffer", "draft_len"))
 def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, draft_len):
     key = jax.random.key(seed)
     return init_state(
@@ -62,28 +61,28 @@ def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, dra
     )
 
 
-@functools.partial(jax.jit, static_argnames=("capacity",))
 def _init_draft(drafter, prompts, prompt_lengths, *, capacity):
     return drafter.init(prompts, prompt_lengths, capacity)
 
 
-@jax.jit
 def _split(state):
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     return state.replace(keys=keys), k_draft, k_verify
 
 
-@jax.jit
 def _propose(drafter, draft_state, keys, tokens, lengths):
     return drafter.propose(draft_state, keys, tokens, lengths)
 
 
-_verify = jax.jit(verify_and_commit, static_argnames=("config", "replacement"))
-
-
-@jax.jit
 def _commit(drafter, before, after, lengths, path, tau, active):
     return drafter.commit(before, after, lengths, path, tau, active)
+
+
+def _run(fn, *args, **static):
+    """``fn(*args, **static)`` as a compiled program on the devices its arguments sit on, kept
+    in the process's one program cache (:data:`~specjax.decode.programs.PROGRAMS`)."""
+    program, _ = PROGRAMS.program(fn, args, static)
+    return program(*args)
 
 
 def generate_on_submeshes(
@@ -109,7 +108,8 @@ def generate_on_submeshes(
     replacement = draws_with_replacement(drafter)
 
     def run(max_steps: int | None):
-        state = _init_target(
+        state = _run(
+            _init_target,
             target,
             to_t(padded),
             to_t(lengths),
@@ -118,23 +118,30 @@ def generate_on_submeshes(
             buffer=buffer,
             draft_len=drafter.draft_len,
         ).replace(done=to_t(~batch.active))
-        draft_state = _init_draft(drafter, to_d(padded), to_d(lengths), capacity=capacity)
+        draft_state = _run(_init_draft, drafter, to_d(padded), to_d(lengths), capacity=capacity)
         steps = 0
         while max_steps is None or steps < max_steps:
-            state, k_draft, k_verify = _split(state)
-            draft, after = _propose(
-                drafter, draft_state, to_d(k_draft), to_d(state.tokens), to_d(state.lengths)
+            state, k_draft, k_verify = _run(_split, state)
+            draft, after = _run(
+                _propose,
+                drafter,
+                draft_state,
+                to_d(k_draft),
+                to_d(state.tokens),
+                to_d(state.lengths),
             )
             before_lengths, active = state.lengths, ~state.done
-            state, path, tau = _verify(
+            state, path, tau = _run(
+                verify_and_commit,
                 target,
                 state,
                 jax.tree.map(to_t, draft),
                 k_verify,
-                config,
+                config=config,
                 replacement=replacement,
             )
-            draft_state = _commit(
+            draft_state = _run(
+                _commit,
                 drafter,
                 draft_state,
                 after,
@@ -148,8 +155,9 @@ def generate_on_submeshes(
                 break
         return state
 
+    before = PROGRAMS.compiled
     start = time.perf_counter()
-    run(1)  # compiles the five programs
+    run(1)  # compiles the programs
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
     state = run(None)
@@ -157,4 +165,4 @@ def generate_on_submeshes(
     state = jax.device_get(state.replace(target_cache=None))
     check_target(state.stats, range(batch.rows))
     metrics = Metrics.from_state(state, Timing(seconds, compile_seconds))
-    return Generation(outputs(state, batch.rows), metrics)
+    return Generation(outputs(state, batch.rows), metrics, PROGRAMS.compiled - before)

@@ -84,6 +84,7 @@ def test_features_handed_to_the_head_are_the_targets_at_their_positions(target):
         state = one(target, drafter, state, cfg)
 
 
+@pytest.mark.slow  # ~11 s; the drafting side's exactness tests stay in the default tier
 def test_training_forward_matches_drafting(target):
     """Step 0 and step 1 of the training-time test compute the logits drafting computes for the
     same pairs (step 1: a pair fed with the head's own previous output)."""

@@ -153,6 +153,7 @@ def test_the_observed_step_runs_the_target_once(models, k):
     assert target.calls == 1
 
 
+@pytest.mark.slow  # the default tier shows the observed step is the speculative step
 def test_observe_with_one_path_decodes_as_generate(models):
     target, drafter = models[0], model_drafter(models, 1, 3)
     config = DecodeConfig("block", SAMPLED, 12)

@@ -25,11 +25,13 @@ from specjax.testing import pair, tiny_config
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
 CASES = [
-    ("greedy", 1),
-    ("token", 1),
+    pytest.param("greedy", 1, marks=pytest.mark.slow),
+    pytest.param("token", 1, marks=pytest.mark.slow),
     ("block", 1),
     ("gbv", 3),
-    # The default tier keeps one multi-path case (GBV); the others run in the slow tier.
+    # The default tier keeps one chain (block) and one multi-path case (GBV); the other
+    # verifiers' decode loops run in the slow tier (each verifier's own exactness tests,
+    # greedy equivalence included, are in tests/test_verify_*.py).
     *(pytest.param(v, 3, marks=pytest.mark.slow) for v in ("specinfer", "spectr")),
     *(pytest.param(v, 1, marks=pytest.mark.slow) for v in ("specinfer", "spectr", "gbv")),
 ]

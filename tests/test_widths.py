@@ -124,6 +124,7 @@ def test_feature_drafter_random_widths_greedy_equals_autoregressive(verifier, k)
     assert all(n > 0 for n in out.metrics.width_steps.values())
 
 
+@SLOW  # ~12 s; the model drafter's twin and the idle-run test stay in the default tier
 def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     """Runs of width-0 steps long enough to fill the pending slots (L + 1 = 4) and then full
     steps: between steps the head's cache plus its pending pairs cover the committed tokens,

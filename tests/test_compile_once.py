@@ -79,6 +79,7 @@ def test_prompts_of_four_lengths_compile_two_programs(models):
     assert batches[1].programs_compiled == 0
 
 
+@pytest.mark.slow  # ~5 s: default-tier time
 def test_metrics_report_compile_first_token_and_decode_rate_apart(models):
     target, draft = models
     cfg = DecodeConfig("block", GREEDY, max_new_tokens=10)

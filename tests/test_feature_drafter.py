@@ -58,6 +58,7 @@ def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifi
     assert hist[0] > 0 and sum(hist[1:]) > 0  # rejections and acceptances in one run
 
 
+@pytest.mark.slow  # ~6 s: default-tier time
 def test_features_handed_to_the_head_are_the_targets_at_their_positions(target):
     """After prefill and after each step, pending pair i (at position c + i, c = the head's
     cache length) carries the target's teacher-forced hidden states of position c + i - 1."""

@@ -56,6 +56,7 @@ def test_saguaro_law():
     assert sampling.saguaro(q, 2, 1.0) is q
 
 
+@pytest.mark.slow  # ~9 s: default-tier time (SSD's greedy equality stays)
 def test_branches_equal_contiguous_draft_runs():
     """Every branch (k, b) is the draft's own continuation of prefix + x_1..x_k + b: its laws
     match a cache-free forward of that sequence (positions and tree masks are right)."""

@@ -22,9 +22,9 @@ from benchlib import plots
 
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.ssd import generate_ssd, ssd_rates
-from specjax.drafters.fanout import parse_fan_out
-from specjax.drafters.speculation import SSDConfig
-from specjax.drafters.ssd import SSDDrafter
+from specjax.decode.ssd.drafter import SSDDrafter
+from specjax.decode.ssd.fanout import parse_fan_out
+from specjax.decode.ssd.speculation import SSDConfig
 from specjax.models import load_pair as load_shipped_pair
 from specjax.sampling import SamplingParams
 

@@ -1,5 +1,5 @@
 r"""Predicts SSD vs SD vs autoregressive tokens/s from per-call latencies and per-round rates
-(:mod:`specjax.decode.ssd_timing`), measured here or projected for large models.
+(:mod:`specjax.decode.ssd.timing`), measured here or projected for large models.
 
   python scripts/simulate_ssd.py                       # measure the Shakespeare pair, project 70B
   python scripts/simulate_ssd.py --measure=False       # the projection only
@@ -25,11 +25,11 @@ from absl import app, flags, logging
 
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.ssd import generate_ssd, ssd_rates
-from specjax.decode.ssd_timing import Latencies, Rates, predict, roofline_call
+from specjax.decode.ssd.drafter import SSDDrafter
+from specjax.decode.ssd.fanout import geometric_fan_out
+from specjax.decode.ssd.speculation import SSDConfig
+from specjax.decode.ssd.timing import Latencies, Rates, predict, roofline_call
 from specjax.drafters import ModelDrafter
-from specjax.drafters.fanout import geometric_fan_out
-from specjax.drafters.speculation import SSDConfig
-from specjax.drafters.ssd import SSDDrafter
 from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 

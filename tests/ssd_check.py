@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from specjax import sampling
 from specjax.decode import DecodeConfig
 from specjax.decode.ssd import generate_ssd
-from specjax.decode.ssd_timing import Latencies, ssd_round
-from specjax.drafters.ssd import SSDConfig, SSDDrafter
+from specjax.decode.ssd.drafter import SSDConfig, SSDDrafter
+from specjax.decode.ssd.timing import Latencies, ssd_round
 from specjax.testing import pair
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
@@ -69,7 +69,7 @@ def overlap() -> None:
     """Verification (target device) and build (draft device) each sleep ``delay`` in a host
     callback, which uses no core: run one after the other a round costs about 2 * delay; with
     the sides on their own devices, dispatched asynchronously, about delay."""
-    from specjax.decode import ssd
+    from specjax.decode.ssd import rounds as ssd
 
     delay = 0.2
     target, draft = pair(vocab=48, sigma=0.02)

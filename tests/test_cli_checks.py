@@ -302,7 +302,7 @@ def test_ssd_vocabulary_bounds_in_the_library():
     (Placed after the tests that build random_model(0), whose first build is the slow one.)"""
     from specjax.decode import DecodeConfig
     from specjax.decode.seams import generate_ssd
-    from specjax.drafters import SSDConfig, SSDDrafter
+    from specjax.decode.ssd import SSDConfig, SSDDrafter
     from specjax.sampling import SamplingParams
 
     model = random_model(0)

@@ -16,7 +16,8 @@ from flax import nnx
 from specjax import sampling
 from specjax.decode import DecodeConfig, Stream, generate
 from specjax.decode.seams import prefill_program, prepare, step
-from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter, SSDConfig, SSDDrafter
+from specjax.decode.ssd import SSDConfig, SSDDrafter
+from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter
 from specjax.models import Llama
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams

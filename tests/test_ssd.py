@@ -21,8 +21,8 @@ from flax import nnx
 from specjax import sampling, verify
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.ssd import generate_ssd, ssd_rates
-from specjax.drafters.fanout import branch_layout, geometric_fan_out, parse_fan_out
-from specjax.drafters.ssd import SSDConfig, SSDDrafter
+from specjax.decode.ssd.drafter import SSDConfig, SSDDrafter
+from specjax.decode.ssd.fanout import branch_layout, geometric_fan_out, parse_fan_out
 from specjax.models import Llama
 from specjax.models.pure import PureModel
 from specjax.testing import pair, sharpened, tiny_config

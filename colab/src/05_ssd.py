@@ -20,7 +20,7 @@
 import matplotlib.pyplot as plt
 
 from specjax.decode import DecodeConfig, generate, ssd_rates
-from specjax.drafters import SSDConfig, SSDDrafter, geometric_fan_out, uniform_fan_out
+from specjax.decode.ssd import SSDConfig, SSDDrafter, geometric_fan_out, uniform_fan_out
 from specjax.models import load_pretrained
 from specjax.sampling import SamplingParams
 

@@ -31,9 +31,9 @@ from reproducelib.settings import Settings
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import generate_ssd
 from specjax.decode.ssd import ssd_rates
-from specjax.drafters.fanout import parse_fan_out
-from specjax.drafters.speculation import SSDConfig
-from specjax.drafters.ssd import SSDDrafter
+from specjax.decode.ssd.drafter import SSDDrafter
+from specjax.decode.ssd.fanout import parse_fan_out
+from specjax.decode.ssd.speculation import SSDConfig
 from specjax.sampling import SamplingParams
 
 ALPHA = 0.8  # the acceptance rate the geometric fan-out assumes (configs' default)

@@ -26,9 +26,9 @@ from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation, Stream
 from specjax.decode.metrics import Metrics
 from specjax.decode.ssd import ssd_devices, ssd_rates, ssd_table
+from specjax.decode.ssd.drafter import SSDDrafter
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
-from specjax.drafters.ssd import SSDDrafter
 from specjax.models.eagle import Frozen, load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model

@@ -196,7 +196,7 @@ def shape_buckets(cfg):
 
 
 def ssd_config(cfg):
-    """The :class:`~specjax.drafters.ssd.SSDConfig` of the ``ssd_*`` keys (mode=ssd).
+    """The :class:`~specjax.decode.ssd.drafter.SSDConfig` of the ``ssd_*`` keys (mode=ssd).
 
     Where the draft's vocabulary V can be read without loading it (``random:``, specjax
     checkpoints, Hugging Face directories) the keys are also bounded by it: after k < L accepted
@@ -206,8 +206,8 @@ def ssd_config(cfg):
     sources :func:`specjax.decode.generate_ssd` checks the same bounds once the draft is
     loaded, before compiling.
     """
-    from specjax.drafters.fanout import fan_out_excess, parse_fan_out
-    from specjax.drafters.speculation import BACKUPS, SSDConfig
+    from specjax.decode.ssd.fanout import fan_out_excess, parse_fan_out
+    from specjax.decode.ssd.speculation import BACKUPS, SSDConfig
 
     if cfg.drafter not in ("model", "self"):
         raise ConfigError(

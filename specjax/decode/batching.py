@@ -102,7 +102,8 @@ class ContinuousBatch:
       target: the target model; drafter: a drafter or None (autoregressive).
       config: the :class:`~specjax.decode.DecodeConfig` (adaptive ``widths`` at temperature 0
         only).
-      slots: B, the rows decoded together (on a mesh rounded up to a multiple of ``data``).
+      slots: B, the rows decoded together (on a mesh rounded up to a multiple of ``data``); a
+        run of fewer requests takes only as many rows as it has requests.
       seed: the run's seed; a request's draws depend only on it and the request's id.
       mesh: a device mesh (models placed on it, as for :func:`~specjax.decode.generate`) or
         None. Every process of a multi-process run must call :meth:`run` with the same requests:
@@ -143,6 +144,8 @@ class ContinuousBatch:
             )
         multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
         self.slots = -(-slots // multiple) * multiple
+        self._multiple = multiple
+        self._rows = self.slots  # this run's rows: the slots, or fewer when fewer requests run
         self.seed, self.chunk, self.refill = seed, chunk, refill
         self.metrics: Metrics | None = None
         self.progress: Progress | None = None
@@ -218,8 +221,9 @@ class ContinuousBatch:
         # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
         # in every step), without draining the rows that run.
         waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
+        self._rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
         run = self._start(self._width(waiting[0][1]))
-        b = self.slots
+        b = self._rows
         compile_seconds = before = run.compile_seconds  # (compiling after start is not timed)
         start = time.perf_counter()
         state = run.start()
@@ -295,7 +299,7 @@ class ContinuousBatch:
         """Empty slots and their programs for prompts of up to ``width`` tokens (``run.width``:
         S is ``width + max_new_tokens`` plus the draft tree)."""
         tree, l_len = self._tree()
-        b = self.slots
+        b = self._rows
         batch = PreparedBatch(
             prompts=np.zeros((b, 1), np.int32),
             lengths=np.ones((b,), np.int32),

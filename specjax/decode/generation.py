@@ -7,7 +7,7 @@ wherever the arithmetic allows:
   compiled programs (prefill, then ``lax.while_loop`` over steps);
 * a model draft on devices of its own (``draft_mesh``): four programs per step across the two
   sub-meshes (:mod:`specjax.decode.submesh`), the same keys and functions, so the same tokens;
-* an :class:`~specjax.drafters.ssd.SSDDrafter`: speculative speculative decoding
+* an :class:`~specjax.decode.ssd.drafter.SSDDrafter`: speculative speculative decoding
   (:mod:`specjax.decode.ssd`), fused on one device or overlapped across ``ssd_devices``.
 
 :class:`~specjax.decode.loop.Stream` is the streaming form (one device); a
@@ -25,8 +25,8 @@ from specjax.decode import loop, ssd, submesh
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.loop import Generation
+from specjax.decode.ssd.drafter import SSDDrafter
 from specjax.drafters.base import Drafter
-from specjax.drafters.ssd import SSDDrafter
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
 
@@ -53,7 +53,7 @@ def generate(
       drafter: a drafter (:class:`~specjax.drafters.ModelDrafter`,
         :class:`~specjax.drafters.NgramDrafter`,
         :class:`~specjax.drafters.feature.FeatureDrafter`), an
-        :class:`~specjax.drafters.ssd.SSDDrafter` for SSD, or None for autoregressive decoding.
+        :class:`~specjax.decode.ssd.SSDDrafter` for SSD, or None for autoregressive decoding.
       seed: the PRNG seed; row b draws from ``fold_in(key(seed), b)``.
       mesh: the target's device mesh (:func:`specjax.sharding.make_mesh`), the models already
         placed on it, or None for one device.

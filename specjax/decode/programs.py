@@ -33,6 +33,7 @@ from specjax.decode.adaptive import (
     width_step,
 )
 from specjax.decode.config import DecodeConfig
+from specjax.decode.memory import check_fits
 from specjax.decode.slots import grow_program, insert_program
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state
@@ -240,6 +241,7 @@ class _Programs:
         prefill = functools.partial(prefill_program, **sizes, widths=config.widths)
         decode = functools.partial(decode_program, config=config, mesh=mesh, draft_tp=draft_tp)
         state = jax.eval_shape(prefill, *args)
+        check_fits(state, mesh, state.tokens.shape[0], sizes["capacity"])
         steps = jax.ShapeDtypeStruct((), np.int32)
         policy = _policy_shape(config, None)
         if mesh is None:

@@ -30,7 +30,7 @@ from specjax.decode.programs import (
     prefill_program,
     state_shardings,
 )
-from specjax.decode.ssd import generate_ssd, ssd_counts, verify_round
+from specjax.decode.ssd.rounds import generate_ssd, ssd_counts, verify_round
 from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
     autoregressive_step,

@@ -22,7 +22,7 @@ from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.programs import PROGRAMS
+from specjax.decode.programs import PROGRAMS, constrain_state
 from specjax.decode.state import check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
 from specjax.drafters.base import Drafter, draws_with_replacement
@@ -47,9 +47,13 @@ def split_devices(target_shape, draft_shape, axis_names=("data", "model")):
     )
 
 
-def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, draft_len):
+# The target's programs keep the state in the decode layout (rows over ``data``, the cache's KV
+# heads over ``model``: programs.state_shardings), so each compiles once and takes its own output.
+
+
+def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, draft_len, mesh):
     key = jax.random.key(seed)
-    return init_state(
+    state = init_state(
         target,
         None,
         prompts,
@@ -59,15 +63,21 @@ def _init_target(target, prompts, prompt_lengths, seed, *, capacity, buffer, dra
         buffer=buffer,
         draft_len=draft_len,
     )
+    return constrain_state(state, mesh, False)
 
 
 def _init_draft(drafter, prompts, prompt_lengths, *, capacity):
     return drafter.init(prompts, prompt_lengths, capacity)
 
 
-def _split(state):
+def _split(state, *, mesh):
     keys, k_draft, k_verify = split_keys(state.keys, 3)
-    return state.replace(keys=keys), k_draft, k_verify
+    return constrain_state(state.replace(keys=keys), mesh, False), k_draft, k_verify
+
+
+def _verify(target, state, draft, key, *, config, replacement, mesh):
+    state, path, tau = verify_and_commit(target, state, draft, key, config, replacement=replacement)
+    return constrain_state(state, mesh, False), path, tau
 
 
 def _propose(drafter, draft_state, keys, tokens, lengths):
@@ -78,11 +88,21 @@ def _commit(drafter, before, after, lengths, path, tau, active):
     return drafter.commit(before, after, lengths, path, tau, active)
 
 
-def _run(fn, *args, **static):
-    """``fn(*args, **static)`` as a compiled program on the devices its arguments sit on, kept
-    in the process's one program cache (:data:`~specjax.decode.programs.PROGRAMS`)."""
-    program, _ = PROGRAMS.program(fn, args, static)
-    return program(*args)
+class _Programs:
+    """The step's programs, each compiled on its first call (kept in the process's one program
+    cache, :data:`~specjax.decode.programs.PROGRAMS`) and then called directly: the loop's
+    arguments keep their shapes and layouts, so later steps skip the signature lookup, a Python
+    flatten of every parameter."""
+
+    def __init__(self):
+        self._executables: dict = {}
+
+    def __call__(self, fn, *args, **static):
+        executable = self._executables.get(fn)
+        if executable is None:
+            executable, _ = PROGRAMS.program(fn, args, static)
+            self._executables[fn] = executable
+        return executable(*args)
 
 
 def generate_on_submeshes(
@@ -107,8 +127,10 @@ def generate_on_submeshes(
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     replacement = draws_with_replacement(drafter)
 
+    call = _Programs()
+
     def run(max_steps: int | None):
-        state = _run(
+        state = call(
             _init_target,
             target,
             to_t(padded),
@@ -117,12 +139,13 @@ def generate_on_submeshes(
             capacity=capacity,
             buffer=buffer,
             draft_len=drafter.draft_len,
+            mesh=mesh,
         ).replace(done=to_t(~batch.active))
-        draft_state = _run(_init_draft, drafter, to_d(padded), to_d(lengths), capacity=capacity)
+        draft_state = call(_init_draft, drafter, to_d(padded), to_d(lengths), capacity=capacity)
         steps = 0
         while max_steps is None or steps < max_steps:
-            state, k_draft, k_verify = _run(_split, state)
-            draft, after = _run(
+            state, k_draft, k_verify = call(_split, state, mesh=mesh)
+            draft, after = call(
                 _propose,
                 drafter,
                 draft_state,
@@ -131,16 +154,17 @@ def generate_on_submeshes(
                 to_d(state.lengths),
             )
             before_lengths, active = state.lengths, ~state.done
-            state, path, tau = _run(
-                verify_and_commit,
+            state, path, tau = call(
+                _verify,
                 target,
                 state,
                 jax.tree.map(to_t, draft),
                 k_verify,
                 config=config,
                 replacement=replacement,
+                mesh=mesh,
             )
-            draft_state = _run(
+            draft_state = call(
                 _commit,
                 drafter,
                 draft_state,

@@ -1,12 +1,10 @@
-"""specjax.drafters: proposers of draft paths with their exact draft distributions."""
+"""specjax.drafters: proposers of draft paths with their exact draft distributions (SSD's draft,
+which serves and builds a speculation cache instead, is :mod:`specjax.decode.ssd`)."""
 
 from specjax.drafters.base import Draft, Drafter
-from specjax.drafters.fanout import geometric_fan_out, uniform_fan_out
 from specjax.drafters.feature import FeatureDrafter
 from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
-from specjax.drafters.speculation import SSDConfig
-from specjax.drafters.ssd import SSDDrafter
 
 __all__ = [
     "Draft",
@@ -14,8 +12,4 @@ __all__ = [
     "FeatureDrafter",
     "ModelDrafter",
     "NgramDrafter",
-    "SSDConfig",
-    "SSDDrafter",
-    "geometric_fan_out",
-    "uniform_fan_out",
 ]

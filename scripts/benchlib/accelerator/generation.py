@@ -17,9 +17,9 @@ from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import Bench, encode_chat
 from benchlib.chat_prompts import CHATS
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.ssd import generate_ssd, ssd_devices, ssd_rates
-from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter, SSDConfig, SSDDrafter
-from specjax.drafters.fanout import parse_fan_out
+from specjax.decode.ssd import SSDConfig, SSDDrafter, generate_ssd, ssd_devices, ssd_rates
+from specjax.decode.ssd.fanout import parse_fan_out
+from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter
 from specjax.models import (
     truncated,
 )

@@ -32,10 +32,8 @@ import jax.numpy as jnp
 
 from specjax import sampling, tree
 from specjax.buffers import append_rows
-from specjax.drafters.base import Draft
-from specjax.drafters.fanout import branch_layout
-from specjax.drafters.ngram import NgramDrafter
-from specjax.drafters.speculation import (
+from specjax.decode.ssd.fanout import branch_layout
+from specjax.decode.ssd.speculation import (
     FROM_CACHE,
     FROM_FAST,
     FROM_JIT,
@@ -45,6 +43,8 @@ from specjax.drafters.speculation import (
     SSDDraftState,
     SSDStats,
 )
+from specjax.drafters.base import Draft
+from specjax.drafters.ngram import NgramDrafter
 from specjax.models.cache import KVCache
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure, prefill

@@ -30,10 +30,10 @@ from specjax.decode.inputs import check_seed, prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
+from specjax.decode.ssd.drafter import SSDDrafter
+from specjax.decode.ssd.speculation import FROM_CACHE, Outcome, SSDStats
 from specjax.decode.state import DecodeState, check_target
 from specjax.decode.step import init_state, split_keys, verify_and_commit
-from specjax.drafters.speculation import FROM_CACHE, Outcome, SSDStats
-from specjax.drafters.ssd import SSDDrafter
 from specjax.models.pure import PureModel, as_pure
 
 

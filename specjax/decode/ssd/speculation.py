@@ -1,5 +1,5 @@
 """SSD's data: the static knobs, the speculation cache, the outcome a round sends back to the
-draft devices, the counters and the draft-side state (see :mod:`specjax.drafters.ssd`)."""
+draft devices, the counters and the draft-side state (see :mod:`specjax.decode.ssd.drafter`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 
 import jax
 
+from specjax.decode.ssd.fanout import branch_layout, fan_out_excess
 from specjax.drafters.base import Draft
-from specjax.drafters.fanout import branch_layout, fan_out_excess
 from specjax.models.cache import KVCache
 from specjax.typing import Array, PRNGKey
 
@@ -22,7 +22,7 @@ class SSDConfig:
 
     Attributes:
       fan_out: ``(F_0, ..., F_L)`` bonus guesses per accepted length, for rows whose current
-        speculation came from the cache (:mod:`specjax.drafters.fanout`).
+        speculation came from the cache (:mod:`specjax.decode.ssd.fanout`).
       fan_out_miss: the same for rows served by a backup (same sum C); None: ``fan_out``.
       saguaro: Saguaro's factor on the top tokens' probabilities (0 < factor <= 1; 1 = off).
       saguaro_top: how many top tokens it scales (0: the largest F_k).
@@ -79,7 +79,7 @@ class SSDConfig:
     def check_vocab(self, vocab_size: int) -> None:
         """Raises one ValueError, naming the knob (and its CLI key) and the fix, when the knobs
         cannot work with a draft of ``vocab_size`` (V) tokens: a fan-out entry above the bonus
-        candidates there are (:func:`~specjax.drafters.fanout.bonus_candidates`) or
+        candidates there are (:func:`~specjax.decode.ssd.fanout.bonus_candidates`) or
         ``saguaro_top`` above V. Checked before any program is compiled (JAX's own error, from
         inside ``top_k``, names neither)."""
         for name, fans in (("fan_out", self.fan_out), ("fan_out_miss", self.miss_fan_out)):

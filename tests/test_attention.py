@@ -1,6 +1,6 @@
-"""Attention over the live length (``specjax.models.attention``): the prefix part (a static
-window chosen on device) and the new tokens' part, merged by log-sum-exp, equal one softmax over
-the allowed slots of the whole cache; and decoding gives the same tokens whatever the windows."""
+"""Attention over the live length (``specjax.models.attention``): the static windows (the
+default) and the chunked loop equal one softmax over the allowed slots of the whole cache; and
+decoding gives the same tokens whichever is used."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_the_window_equals_one_softmax_over_the_whole_cache(smallest):
     q, ck, cv, lengths, tree = random_inputs(0)
     finite = jnp.nan_to_num(ck), jnp.nan_to_num(cv)  # the dense form reads every slot
     run = jax.jit(
-        lambda q, ck, cv, lengths, mask, kv=None: attention.attend(
+        lambda q, ck, cv, lengths, mask, kv=None: attention.attend_windows(
             q,
             ck[None],
             cv[None],
@@ -71,6 +71,32 @@ def test_the_window_equals_one_softmax_over_the_whole_cache(smallest):
     np.testing.assert_allclose(got, dense(q, *finite, lengths, tree, kv), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "chunk", [pytest.param(7, marks=pytest.mark.slow), pytest.param(16, marks=pytest.mark.slow), 48]
+)
+def test_the_chunks_equal_one_softmax_over_the_whole_cache(chunk):
+    """The chunked loop (the measured alternative to the windows) reads only the chunks the
+    longest row needs and merges them exactly."""
+    q, ck, cv, lengths, tree = random_inputs(1)
+    finite = jnp.nan_to_num(ck), jnp.nan_to_num(cv)
+    kw = dict(scale=8**-0.5, dtype=jnp.float32, chunk=chunk)
+    run = jax.jit(lambda *a: attention.attend_chunks(a[0], a[1][None], a[2][None], 0, *a[3:], **kw))
+    got = run(q, ck, cv, lengths, tree)
+    assert np.isfinite(np.asarray(got)).all()  # no slot past the longest row was read
+    np.testing.assert_allclose(got, dense(q, *finite, lengths, tree), atol=1e-6, rtol=1e-6)
+    kv = attention.allowed_slots(lengths, tree, 128) & jax.random.bernoulli(
+        jax.random.key(3), 0.6, (4, 5, 128)
+    )
+    kv = kv | (jnp.arange(128)[None, None] == (lengths[:, None] + jnp.arange(5))[..., None])
+    got = run(q, ck, cv, lengths, tree, kv)
+    np.testing.assert_allclose(got, dense(q, *finite, lengths, tree, kv), atol=1e-6, rtol=1e-6)
+    # a row near the capacity: with 48-slot chunks the third starts at 80, not 96, and skips
+    # the slots the second counted
+    long = jnp.asarray([0, 3, 17, 120], jnp.int32)
+    got = run(q, *finite, long, tree)
+    np.testing.assert_allclose(got, dense(q, *finite, long, tree), atol=1e-6, rtol=1e-6)
+
+
 def test_windows():
     assert attention.windows(64, 256) == (64,)
     assert attention.windows(8192, 256) == (256, 512, 1024, 2048, 4096, 8192)
@@ -83,9 +109,10 @@ def dense_attend(q, cache_k, cache_v, layer, lengths, new_mask, kv_mask=None, **
     return dense(q, cache_k[layer], cache_v[layer], lengths, new_mask, kv_mask)
 
 
-def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab):
+def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab, chunk=0):
     """Logits of a 40-token prefill and of a 6-node tree after rows of 40, 23 and 9 tokens,
-    compiled as decoding runs them (``smallest=None``: the dense attention)."""
+    compiled as decoding runs them: windows from ``smallest``, or ``chunk``-slot chunks
+    (``smallest=None``: the dense attention)."""
     tokens = jax.random.randint(jax.random.key(1), (3, 40), 0, vocab)
     cache = KVCache.init(model.config, 3, capacity)
     tree = jnp.broadcast_to(jnp.tril(jnp.ones((6, 6), bool)).at[3, 1:3].set(False), (3, 6, 6))
@@ -96,6 +123,7 @@ def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab):
         monkeypatch.setattr(attention, "attend", dense_attend)
     else:
         monkeypatch.setattr(attention, "MIN_WINDOW", smallest)
+        monkeypatch.setattr(attention, "CHUNK", chunk)
     prefill = nnx.jit(lambda m, x, c: m(x, cache=c))  # traced anew under this patch
     tree_call = nnx.jit(lambda m, x, c: m(x, cache=c, positions=positions, attn_mask=tree))
     logits, c = prefill(model, tokens, cache)
@@ -105,18 +133,21 @@ def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab):
 
 
 def test_model_logits_equal_one_softmax_over_the_cache(monkeypatch):
-    """A prefill, then a tree-shaped call, on a cache of 256 slots: windows of 8 .. 256 give the
-    logits of the dense ``[B, T, S]`` attention within 1e-5 (fp32)."""
+    """A prefill, then a tree-shaped call, on a cache of 256 slots: windows of 8 .. 256 and
+    8-slot chunks give the logits of the dense ``[B, T, S]`` attention within 1e-5 (fp32)."""
     model = Llama(tiny_config(48), rngs=nnx.Rngs(0))
     want = prefill_then_tree(model, monkeypatch, None, 256, 48)
-    got = prefill_then_tree(model, monkeypatch, 8, 256, 48)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    for smallest, chunk in ((8, 0), (256, 8)):
+        got = prefill_then_tree(model, monkeypatch, smallest, 256, 48, chunk)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow
 def test_smollm2_logits_equal_one_softmax_over_the_cache(smollm2, monkeypatch):
-    """The same on SmolLM2-135M's real weights, with a cache of 1024 slots (windows of 256)."""
+    """The same on SmolLM2-135M's real weights, with a cache of 1024 slots (windows from 256).
+    (The chunks' other order of sums moves these logits by up to 6e-5: they are not the
+    default.)"""
     want = prefill_then_tree(smollm2.model, monkeypatch, None, 1024, 49152)
     got = prefill_then_tree(smollm2.model, monkeypatch, 256, 1024, 49152)
     for a, b in zip(got, want, strict=True):
@@ -135,16 +166,21 @@ def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
     prompts = [[1, 2, 3], [5] * 30, [7, 8]]
     config = DecodeConfig(verifier, SamplingParams(temperature=0.0), 60)
     tokens = {}
-    for smallest in (16, 1024):  # capacity 128: windows 16 .. 128, or one
+    # capacity 128: windows 16 .. 128, or one; or the chunked loop over 16-slot chunks
+    for smallest, chunk in ((16, 0), (1024, 0), (1024, 16)):
         monkeypatch.setattr(attention, "MIN_WINDOW", smallest)
+        monkeypatch.setattr(attention, "CHUNK", chunk)
         PROGRAMS.clear()  # trace and compile anew with these windows
         jax.clear_caches()
-        tokens[smallest] = generate(
+        tokens[smallest, chunk] = generate(
             target,
             prompts,
             config,
             ModelDrafter(draft, num_paths=k, draft_len=3, sampling=config.sampling),
         ).tokens
-    assert tokens[16] == tokens[1024]
+    assert tokens[16, 0] == tokens[1024, 0] == tokens[1024, 16]
     ar = generate(target, prompts, DecodeConfig("autoregressive", config.sampling, 60)).tokens
-    assert tokens[16] == ar
+    assert tokens[16, 0] == ar
+    monkeypatch.undo()  # later tests compile with the default attention
+    PROGRAMS.clear()
+    jax.clear_caches()

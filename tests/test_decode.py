@@ -28,9 +28,10 @@ PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
 CASES = [
     pytest.param("greedy", 1, marks=pytest.mark.slow),
     pytest.param("token", 1, marks=pytest.mark.slow),
-    ("block", 1),
+    pytest.param("block", 1, marks=pytest.mark.slow),
     ("gbv", 3),
-    # The default tier keeps one chain (block) and one multi-path case (GBV); the other
+    # The default tier keeps one multi-path case (GBV; the model drafter's chain with block is
+    # tests/test_widths.py's random-widths case, the feature drafter's its own); the other
     # verifiers' decode loops run in the slow tier (each verifier's own exactness tests,
     # greedy equivalence included, are in tests/test_verify_*.py).
     *(pytest.param(v, 3, marks=pytest.mark.slow) for v in ("specinfer", "spectr")),
@@ -232,6 +233,7 @@ def test_tree_drafting_matches_chain_scoring(models):
             np.testing.assert_allclose(out.probs[b, k], want, atol=2e-6)
 
 
+@pytest.mark.slow  # (specinfer without replacement: exact and Monte-Carlo in test_verify_*)
 def test_without_replacement_root_children_are_distinct(models):
     _, draft = models
     t1 = SamplingParams(1.0)
@@ -243,6 +245,7 @@ def test_without_replacement_root_children_are_distinct(models):
         assert len(set(out.tokens[b, :, 0].tolist())) == 4
 
 
+@pytest.mark.slow  # (the self-draft pair: tests/test_pairs.py)
 def test_self_draft_is_the_first_layers(models):
     target, _ = models
     module = target.module

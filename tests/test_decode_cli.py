@@ -35,6 +35,7 @@ def load_config(name: str) -> ml_collections.ConfigDict:
     return config_files.load_config(ROOT / "configs" / f"{name}.py")
 
 
+@pytest.mark.slow  # (the CLI's greedy equality: test_ssd's mode=ssd run; the default config run)
 def test_tiny_random_greedy_matches_autoregressive_and_writes_metrics(tmp_path):
     metrics, prompts = tmp_path / "m.json", tmp_path / "prompts.txt"
     prompts.write_text("Hello\nA longer second prompt\n")  # two rows: a batch job
@@ -100,6 +101,7 @@ class _Interrupting:
         pass
 
 
+@pytest.mark.slow  # (interrupts: test_sigterm_exits_143_and_writes_nothing, test_faults)
 def test_interrupted_stream_leaves_previous_output_untouched(tmp_path):
     metrics, text = tmp_path / "m.json", tmp_path / "out.txt"
     metrics.write_text("previous run\n")

@@ -36,7 +36,7 @@ def test_params_and_caches_are_sharded():
 
 
 def test_sharded_greedy_output_equals_single_device():
-    run_check("greedy-quick")  # block (chain, replicated draft) and GBV (K = 3, sharded draft)
+    run_check("greedy-quick")  # GBV (K = 3, a tensor-parallel draft); the rest in the slow tier
 
 
 @pytest.mark.slow

@@ -164,6 +164,7 @@ def _initial(target, drafter, cfg, prompts):
     return init(target, drafter, *args, capacity=b.capacity, buffer=b.buffer, widths=cfg.widths)
 
 
+@pytest.mark.slow  # (skipped steps of a model drafter: the idle-runs test's tokens)
 def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
     """After seven width-0 steps and one full-width step, the draft cache holds exactly what a
     fresh prefill of the committed tokens holds (the skipped tokens were caught up)."""

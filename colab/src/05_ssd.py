@@ -21,14 +21,13 @@ import matplotlib.pyplot as plt
 
 from specjax.decode import DecodeConfig, generate, ssd_rates
 from specjax.decode.ssd import SSDConfig, SSDDrafter, geometric_fan_out, uniform_fan_out
-from specjax.models import load_pretrained
+from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 
 plt.rcParams["figure.dpi"] = 72
 
-target = load_pretrained("checkpoints/shakespeare/target")
-draft = load_pretrained("checkpoints/shakespeare/draft")
-tokenizer = target.tokenizer
+pair = load_pair("shakespeare")  # the committed target and its distilled draft
+target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
 texts = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "HAMLET:\nTo be, or not", "PORTIA:\nThe quality"]
 prompts = [tokenizer.encode(t) for t in texts]
 L, NEW_TOKENS = 4, 96
@@ -45,9 +44,9 @@ greedy = SamplingParams(temperature=0.0)
 config = DecodeConfig("greedy", greedy, max_new_tokens=NEW_TOKENS)
 fan_out = geometric_fan_out(10, L, alpha=0.8)  # C = 10 branches per row
 print("geometric fan-out for C = 10, F_0..F_4 =", fan_out)
-drafter = SSDDrafter(draft.model, ssd=SSDConfig(fan_out=fan_out), sampling=greedy)
-out = generate(target.model, prompts, config, drafter)
-auto = generate(target.model, prompts, DecodeConfig("autoregressive", greedy, NEW_TOKENS))
+drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan_out), sampling=greedy)
+out = generate(target, prompts, config, drafter)
+auto = generate(target, prompts, DecodeConfig("autoregressive", greedy, NEW_TOKENS))
 print("SSD output == autoregressive output:", out.tokens == auto.tokens)
 print(out.metrics.table())
 for name, value in ssd_rates(out.ssd).items():
@@ -78,8 +77,8 @@ for temperature in (0.0, 1.0):
             else:
                 fan = uniform_fan_out(c // (L + 1), L)
             if (temperature, fan) not in seen:
-                drafter = SSDDrafter(draft.model, ssd=SSDConfig(fan_out=fan), sampling=sampling)
-                g = generate(target.model, prompts, cfg, drafter, seed=0)
+                drafter = SSDDrafter(draft, ssd=SSDConfig(fan_out=fan), sampling=sampling)
+                g = generate(target, prompts, cfg, drafter, seed=0)
                 rates = ssd_rates(g.ssd)
                 seen[temperature, fan] = rates["ssd_hit_rate"]
                 print(

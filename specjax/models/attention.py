@@ -2,19 +2,28 @@
 
 A call scores T new tokens of every row; their keys and values are already written at slots
 ``lengths .. lengths + T - 1`` of the cache. Only slots below ``max(lengths) + T`` can be
-attended to, so the scores are computed over a **window** of the first W slots, W the smallest
-of a few static sizes (powers of two from :data:`MIN_WINDOW` up to the capacity S) that holds the
-longest row after this call. The window is chosen on device (``lax.switch`` over the sizes), so
-one compiled program serves every length, and a step costs the live length rounded up to a
-power of two instead of S: a run compiled for a long ``max_new_tokens`` or a large prompt bucket
-no longer pays for the empty end of its cache from the first step.
+attended to, so a call reads only those, rounded up, and a run compiled for a long
+``max_new_tokens`` or a large prompt bucket no longer pays for the empty end of its cache. Two
+ways, one compiled program for every length, nothing ``[B, T, S]`` built:
 
-Inside the window the arithmetic is the dense attention's: scores, a ``[B, T, W]`` mask (the
-committed slots, and among the new tokens the causal or tree mask), one softmax, one product
-with the values. The slots past the window are masked in the dense form and add exact zeros
-there, so the outputs equal the dense ``[B, T, S]`` attention up to the order of the sums
-(within 1e-5 on the logits of random and SmolLM2 weights, tests/test_attention.py), and
-nothing ``[B, T, S]`` is built.
+* **windows** (:func:`attend_windows`, the default): one softmax over a static window of the
+  first W slots, W the smallest of a few sizes (powers of two from :data:`MIN_WINDOW` up to S)
+  that holds the longest row, chosen on device by ``lax.switch``: the live length rounded up to
+  a power of two, and inside the window the dense attention's arithmetic, so the logits are the
+  dense form's (bit for bit under ``jit`` on SmolLM2).
+* **chunks** (:func:`attend_chunks`, with :data:`CHUNK` > 0 slots per chunk): a loop over
+  the first ``ceil((max(lengths) + T) / CHUNK)`` chunks of the cache (a trip count known only on
+  device), each chunk's scores merged into a running maximum, sum and weighted sum of values
+  (the online softmax of flash attention). A step costs the live length rounded up to a chunk,
+  and XLA's ``cost_analysis()`` bytes of an autoregressive decode program are the same at every
+  capacity (the windows' count every branch of the switch).
+
+Both equal the dense ``[B, T, S]`` attention (one mask over every slot, one softmax) within 1e-6
+on random inputs and 1e-5 on a random model's logits, with the same greedy tokens
+(tests/test_attention.py). ``scripts/bench_attention.py`` measured them side by side on this
+project's CPU (BENCHMARKS.md): equally fast and both flat in S. The windows stay the default
+because they keep the dense arithmetic: on SmolLM2's 30 layers the chunks' other order of sums
+moves the logits by up to 6e-5 (fp32), the windows' by nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ from specjax.typing import Array
 
 MIN_WINDOW = 256
 """The smallest window: caches of at most this many slots use one window (no switch)."""
+
+CHUNK = 0
+"""0: :func:`attend_windows` (the default); a positive value: :func:`attend_chunks` with this
+many slots per chunk."""
 
 
 def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
@@ -64,9 +77,9 @@ def attend(
     dtype,
     smallest: int | None = None,
 ) -> Array:
-    """Attention of T new tokens over the live window of layer ``layer``'s cache (module
-    docstring). The whole stacked cache goes in and each window reads its own slice, so no
-    layer's cache is materialised as an operand of the switch.
+    """Attention of T new tokens over the live part of layer ``layer``'s cache (module
+    docstring): :func:`attend_chunks`, or :func:`attend_windows` when :data:`CHUNK` is 0. The
+    whole stacked cache goes in and only the live part of the layer's is read.
 
     Args:
       q: queries (rotary embedding applied), grouped as ``[B, T, G, R, E]``.
@@ -80,11 +93,33 @@ def attend(
         ``lengths + T`` must be False.
       scale: the score scale (``head_dim ** -0.5``).
       dtype: the compute dtype of the products with keys and values.
-      smallest: the smallest window (default :data:`MIN_WINDOW`; see :func:`windows`).
+      smallest: :func:`attend_windows`' smallest window (default :data:`MIN_WINDOW`).
 
     Returns:
       ``[B, T, G, R, E]`` in ``dtype``.
     """
+    args = (q, cache_k, cache_v, layer, lengths, new_mask, kv_mask)
+    if CHUNK:
+        return attend_chunks(*args, scale=scale, dtype=dtype)
+    return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest)
+
+
+def attend_windows(
+    q: Array,  # [B, T, G, R, E]
+    cache_k: Array,  # [N, B, S, G, E]
+    cache_v: Array,  # [N, B, S, G, E]
+    layer: int,
+    lengths: Array,  # [B]
+    new_mask: Array,  # [B, T, T] bool
+    kv_mask: Array | None = None,  # [B, T, S] bool
+    *,
+    scale: float,
+    dtype,
+    smallest: int | None = None,
+) -> Array:
+    """:func:`attend` over a static window of the first W slots, chosen on device from
+    :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`). Each window reads
+    its own slice of the stacked cache, so no layer's cache is an operand of the switch."""
     t = q.shape[1]
 
     def window(w: int):
@@ -109,3 +144,61 @@ def attend(
     needed = jnp.max(lengths) + t  # the longest row after this call
     index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), needed, side="left")
     return lax.switch(index, [window(w) for w in sizes], *args)
+
+
+def attend_chunks(
+    q: Array,  # [B, T, G, R, E]
+    cache_k: Array,  # [N, B, S, G, E]
+    cache_v: Array,  # [N, B, S, G, E]
+    layer: int,
+    lengths: Array,  # [B]
+    new_mask: Array,  # [B, T, T] bool
+    kv_mask: Array | None = None,  # [B, T, S] bool
+    *,
+    scale: float,
+    dtype,
+    chunk: int | None = None,
+) -> Array:
+    """:func:`attend` as a loop over chunks of ``chunk`` slots (default :data:`CHUNK`), only as
+    many as the longest row needs, each merged into a running maximum, sum and weighted sum of
+    values (the online softmax). A last chunk that would run past S starts earlier and skips
+    the slots already counted."""
+    chunk = CHUNK if chunk is None else chunk
+    b, t, g, r, e = q.shape
+    s = cache_k.shape[2]
+    chunk = min(chunk, s)
+    low = jnp.finfo(jnp.float32).min
+    needed = jnp.max(lengths) + t  # the longest row after this call
+    trips = (needed + chunk - 1) // chunk
+
+    def body(i, carry):
+        top, total, acc = carry  # [B, G, R, T], [B, G, R, T], [B, T, G, R, E] (float32)
+        start = jnp.minimum(i * chunk, s - chunk)
+        at, size = (layer, 0, start, 0, 0), (1, b, chunk, *cache_k.shape[3:])
+        k = lax.dynamic_slice(cache_k, at, size)[0]  # [B, C, G, E]: only the chunk is read
+        v = lax.dynamic_slice(cache_v, at, size)[0]
+        slots = start + jnp.arange(chunk)  # [C]
+        if kv_mask is None:
+            rel = slots[None, :] - lengths[:, None]  # [B, C]
+            idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (b, t, chunk))
+            among_new = (
+                jnp.take_along_axis(new_mask, idx, axis=2) & ((rel >= 0) & (rel < t))[:, None, :]
+            )
+            allowed = (rel < 0)[:, None, :] | among_new  # [B, T, C]
+        else:
+            allowed = lax.dynamic_slice_in_dim(kv_mask, start, chunk, axis=2)
+        allowed = allowed & (slots >= i * chunk)[None, None, :]  # not counted twice
+        scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype)).astype(jnp.float32) * scale
+        mask = allowed[:, None, None]  # [B, 1, 1, T, C]
+        new_top = jnp.maximum(top, jnp.max(jnp.where(mask, scores, low), axis=-1))
+        probs = jnp.where(mask, jnp.exp(scores - new_top[..., None]), 0.0)
+        fade = jnp.exp(top - new_top)  # [B, G, R, T]
+        total = total * fade + jnp.sum(probs, axis=-1)
+        values = jnp.einsum("bgrts,bsge->btgre", probs.astype(dtype), v.astype(dtype))
+        acc = acc * jnp.moveaxis(fade, 3, 1)[..., None] + values.astype(jnp.float32)
+        return new_top, total, acc
+
+    top = jnp.full((b, g, r, t), low, jnp.float32)
+    carry = (top, jnp.zeros_like(top), jnp.zeros((b, t, g, r, e), jnp.float32))
+    _, total, acc = lax.fori_loop(0, trips, body, carry)
+    return (acc / jnp.moveaxis(total, 3, 1)[..., None]).astype(dtype)

@@ -132,15 +132,16 @@ def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab, chunk=0):
     return np.asarray(logits), np.asarray(more)
 
 
-def test_model_logits_equal_one_softmax_over_the_cache(monkeypatch):
-    """A prefill, then a tree-shaped call, on a cache of 256 slots: windows of 8 .. 256 and
-    8-slot chunks give the logits of the dense ``[B, T, S]`` attention within 1e-5 (fp32)."""
+@pytest.mark.parametrize("smallest,chunk", [(8, 0), pytest.param(256, 8, marks=pytest.mark.slow)])
+def test_model_logits_equal_one_softmax_over_the_cache(monkeypatch, smallest, chunk):
+    """A prefill, then a tree-shaped call, on a cache of 256 slots: windows of 8 .. 256 (and, in
+    the slow tier, 8-slot chunks) give the logits of the dense ``[B, T, S]`` attention within
+    1e-5 (fp32)."""
     model = Llama(tiny_config(48), rngs=nnx.Rngs(0))
     want = prefill_then_tree(model, monkeypatch, None, 256, 48)
-    for smallest, chunk in ((8, 0), (256, 8)):
-        got = prefill_then_tree(model, monkeypatch, smallest, 256, 48, chunk)
-        for a, b in zip(got, want, strict=True):
-            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    got = prefill_then_tree(model, monkeypatch, smallest, 256, 48, chunk)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow

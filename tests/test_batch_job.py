@@ -219,7 +219,7 @@ def records(path: Path) -> dict:
     return by
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_a_job_killed_at_a_random_point_resumes_to_the_uninterrupted_records(tmp_path, temperature):
     cfg = job_config(tmp_path, temperature)
     whole = tmp_path / "whole.jsonl"

@@ -118,7 +118,7 @@ def test_rows_accept_zero_and_all_in_the_same_step(models, autoregressive):
     assert rows == autoregressive
 
 
-@pytest.mark.parametrize("verifier", ["token", "block"])
+@pytest.mark.parametrize("verifier", [pytest.param("token", marks=pytest.mark.slow), "block"])
 def test_ngram_drafter_greedy_equals_autoregressive(models, autoregressive, verifier):
     target, _ = models
     out = generate(
@@ -214,6 +214,7 @@ def test_max_new_tokens_and_metrics(models):
     assert 0 <= m.acceptance_rate <= 1 and len(m.per_position_acceptance) == 3
 
 
+@pytest.mark.slow  # (tree attention == sequential scoring: tests/test_models.py)
 def test_tree_drafting_matches_chain_scoring(models):
     """Each of K tree-grown paths gets exactly the draft laws of scoring that path alone."""
     _, draft = models

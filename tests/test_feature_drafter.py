@@ -49,7 +49,9 @@ def autoregressive(target):
     return generate(target, PROMPTS, cfg).tokens
 
 
-@pytest.mark.parametrize("verifier,k", [("block", 1), ("greedy", 1), ("gbv", 3)])
+@pytest.mark.parametrize(
+    "verifier,k", [pytest.param("block", 1, marks=pytest.mark.slow), ("greedy", 1), ("gbv", 3)]
+)
 def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifier, k):
     drafter = FeatureDrafter(random_head(target, 8), num_paths=k, draft_len=3, sampling=GREEDY)
     out = generate(target, PROMPTS, DecodeConfig(verifier, GREEDY, 24), drafter)

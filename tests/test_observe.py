@@ -101,6 +101,7 @@ def test_the_observed_step_feeds_a_feature_drafter_as_the_step_does():
         assert same(observed, state)
 
 
+@pytest.mark.slow  # the default tier keeps the observed step == the step, and its one forward
 def test_the_laws_are_the_drafters_and_the_targets_teacher_forced(models):
     """Draft tokens and laws: what the drafter proposes with the step's key; target laws: one
     stand-alone forward over each row's sequence followed by each drafted path, within 1e-5."""

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from specjax.cli import processes
+from specjax.cli import interrupts, processes
 from specjax.cli.job_files import (
     Item,
     ProgressLine,
@@ -55,6 +55,13 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
     progress_line = ProgressLine(cfg.progress if main else "off")
     texts: dict[int, str] = {}  # by position in the input
     tokens: dict[int, list[int]] = {}
+    if results is not None and main:
+        interrupts.SAVED[:] = [
+            lambda: (
+                f"\ninterrupted: the {len(texts)} prompts finished in this run are in "
+                f"{cfg.results}; run again with resume=True to finish the rest\n"
+            )
+        ]
     try:
         for k, completion in _completions(engine, todo, progress_line):
             text = tokenizer.decode(completion.token_ids)
@@ -62,15 +69,12 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
             if results is not None:
                 results.append(record(completion, text))
     except KeyboardInterrupt as err:
-        if results is not None and main:
-            err.note = (
-                f"\ninterrupted: the {len(texts)} prompts finished in this run are in "
-                f"{cfg.results}; run again with resume=True to finish the rest\n"
-            )
+        err.note = interrupts.saved_line()
         raise
     finally:  # what was appended is flushed and fsynced whatever ends the run
         if results is not None:
             results.close()
+    interrupts.SAVED.clear()  # (kept when the run fails: the failure's line may need it)
     progress = engine.progress
     progress_line.close(progress)
     metrics = engine.metrics

@@ -38,6 +38,7 @@ from specjax.sampling import SamplingParams
 def main(cfg) -> None:
     """Runs the decode command on a loaded config; errors end the process with one line."""
     interrupts.handle_signals()
+    interrupts.SAVED.clear()  # (nothing kept yet by this run)
     try:
         validate.check_decode(cfg)  # before waiting for peer processes
         processes.initialize(
@@ -69,6 +70,7 @@ def _stop(signum: int, note: str) -> None:
     (they stop too), and a process stopped by another's signal says so."""
     peers.leaving(signum)
     reason = peers.stop_reason()
+    note = note or interrupts.saved_line()
     if reason and note:  # e.g. a batch job's line: where the finished prompts are
         note = note.replace("interrupted: ", f"interrupted: {reason}; ", 1)
     elif reason:

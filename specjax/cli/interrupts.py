@@ -58,6 +58,18 @@ def raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
+SAVED: list = []
+"""While a run keeps what it finishes (a batch job's results file), a callable giving the
+interrupt line that says where (see :func:`saved_line`)."""
+
+
+def saved_line() -> str:
+    """The interrupt line of what the run has kept so far, or ``""`` (nothing kept: the usual
+    :data:`INTERRUPTED`). Every way out of an interrupted run uses it, also another thread's
+    when the main thread cannot unwind (a multi-process run blocked on a peer that left)."""
+    return SAVED[-1]() if SAVED else ""
+
+
 def received() -> int | None:
     """The first SIGINT/SIGTERM this run took, if any: an error that follows one (a library
     whose threads turned the interrupt into an error of its own, e.g. a checkpoint restore

@@ -149,6 +149,9 @@ class Peers:
             return ""
         if self.stop[1] == 0:
             return f"error: {reason} (its own output says why)\n"
+        saved = interrupts.saved_line()  # e.g. a batch job's results so far
+        if saved:
+            return saved.replace("interrupted: ", f"interrupted: {reason}; ", 1)
         return f"\ninterrupted: {reason}; no output file was written\n"
 
     def _stop_status(self) -> int:
@@ -255,7 +258,9 @@ class Peers:
 
     def _interrupted(self) -> None:
         """The main thread did not leave within GRACE seconds of the stop."""
-        own = interrupts.INTERRUPTED if self.stop and self.stop[1] else "error: stopped\n"
+        own = "error: stopped\n"
+        if self.stop and self.stop[1]:
+            own = interrupts.saved_line() or interrupts.INTERRUPTED
         self._leave(self.stop_line() or own, self._stop_status())
 
     def _watch(self) -> None:

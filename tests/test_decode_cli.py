@@ -275,3 +275,28 @@ def test_a_signal_after_the_outputs_is_one_line_not_a_silent_exit():
     )
     assert out.returncode == 143
     assert out.stderr.strip() == "interrupted after the run finished: every output is complete"
+
+
+def test_a_late_checkpoint_read_callback_prints_no_traceback(capsys):
+    """tensorstore completes an orbax read's future on the event loop ``asyncio.run`` already
+    closed; Python printed it as an ignored "RuntimeError: Event loop is closed" traceback (seen
+    after runs, and after "interrupted"). The CLI's unraisable hook drops exactly that one."""
+    from specjax.cli import interrupts
+
+    def hook_args(err):  # a real sys.UnraisableHookArgs, from an exception in __del__
+        class Raises:
+            def __del__(self):
+                raise err
+
+        captured, before = [], sys.unraisablehook
+        sys.unraisablehook = captured.append
+        try:
+            Raises()
+        finally:
+            sys.unraisablehook = before
+        return captured[0]
+
+    interrupts.resend_swallowed(hook_args(RuntimeError("Event loop is closed")))
+    assert capsys.readouterr().err == ""
+    interrupts.resend_swallowed(hook_args(RuntimeError("something else")))
+    assert "something else" in capsys.readouterr().err

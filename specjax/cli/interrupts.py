@@ -84,7 +84,17 @@ def resend_swallowed(hook) -> None:
     if isinstance(hook.exc_value, Interrupted):
         threading.Timer(0.05, os.kill, (os.getpid(), hook.exc_value.signum)).start()
         return
+    if late_callback(hook.exc_value):
+        return
     sys.__unraisablehook__(hook)
+
+
+def late_callback(err: BaseException | None) -> bool:
+    """Whether ``err`` is a finished read's callback arriving after its event loop closed:
+    tensorstore's C++ threads complete a future of an orbax checkpoint read on the loop
+    ``asyncio.run`` already closed, and Python prints it as an ignored "RuntimeError: Event
+    loop is closed" traceback. The data was read; nothing is lost, so the CLI says nothing."""
+    return isinstance(err, RuntimeError) and str(err) == "Event loop is closed"
 
 
 def outputs_complete() -> None:

@@ -205,7 +205,7 @@ class PicksByContent(SSDDrafter):
         return found & (tokens[:, 0] != 0), tokens, probs
 
 
-def argmax_matching(key, draft_tokens, draft_probs, target_probs, num_draft=None):
+def argmax_matching(keys, draft_tokens, draft_probs, target_probs, num_draft=None):
     """The reference's fast-backup rule at T > 0: accept while the draft token is the target's
     argmax, then sample the next token from p (not exact)."""
     del draft_probs
@@ -215,7 +215,7 @@ def argmax_matching(key, draft_tokens, draft_probs, target_probs, num_draft=None
     ok = (draft_tokens == best) & (jnp.arange(l_len)[None] < n[:, None])
     tau = jnp.sum(jnp.cumprod(ok, axis=1), axis=1)
     p_next = jnp.take_along_axis(target_probs, tau[:, None, None], axis=1)[:, 0]
-    nxt = jax.vmap(sampling.sample)(jax.random.split(key, b), p_next)
+    nxt = jax.vmap(sampling.sample)(keys, p_next)  # keys [B]: verifiers take one key per row
     return verify.VerifyResult(tau.astype(jnp.int32), nxt.astype(jnp.int32), jnp.zeros_like(tau))
 
 
@@ -223,7 +223,7 @@ def planted_pvalue(pair, drafter_cls, ssd: SSDConfig) -> float:
     target, draft = pair
     params = sampling.SamplingParams(1.0)
     cfg = DecodeConfig("token", params, max_new_tokens=NEW)
-    drafter = drafter_cls(draft, params, ssd)
+    drafter = drafter_cls(draft, ssd=ssd, sampling=params)
     out = generate_ssd(target, [lossless.PROMPT] * ROWS, cfg, drafter, seed=7)
     return lossless.chi_square_pvalue(out.tokens, lossless.exact_joint(target, params))
 

@@ -152,7 +152,7 @@ class RenormalisingDrafter(FeatureDrafter):
 def test_sequence_law_at_temperature_one(small_target, cls, honest):
     params = sampling.SamplingParams(temperature=1.0)
     head = random_head(small_target, 3, seed=5)
-    drafter = cls(head, params, num_paths=1, draft_len=2)
+    drafter = cls(head, num_paths=1, draft_len=2, sampling=params)
     cfg = DecodeConfig("block", params, max_new_tokens=NEW)
     out = generate(small_target, [PROMPT] * ROWS, cfg, drafter, seed=7)
     assert out.metrics.accepted_tokens > 0.1 * ROWS

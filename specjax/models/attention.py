@@ -52,11 +52,11 @@ def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
     return (*out, capacity)
 
 
-def allowed_slots(lengths: Array, new_mask: Array, width: int) -> Array:
+def allowed_slots(lengths: Array, new_mask: Array, width: int, start: Array | int = 0) -> Array:
     """``[B, T, W]``: the committed slots (``< lengths``) plus the new tokens' slots that
-    ``new_mask [B, T, T]`` allows, over the first ``width`` slots."""
+    ``new_mask [B, T, T]`` allows, over the ``width`` slots from ``start``."""
     t = new_mask.shape[-1]
-    s = jnp.arange(width)[None, :]  # [1, W]
+    s = start + jnp.arange(width)[None, :]  # [1, W]
     rel = s - lengths[:, None]  # [B, W] index among the new tokens
     in_new = (rel >= 0) & (rel < t)
     idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (*new_mask.shape[:2], width))
@@ -177,16 +177,11 @@ def attend_chunks(
         at, size = (layer, 0, start, 0, 0), (1, b, chunk, *cache_k.shape[3:])
         k = lax.dynamic_slice(cache_k, at, size)[0]  # [B, C, G, E]: only the chunk is read
         v = lax.dynamic_slice(cache_v, at, size)[0]
-        slots = start + jnp.arange(chunk)  # [C]
         if kv_mask is None:
-            rel = slots[None, :] - lengths[:, None]  # [B, C]
-            idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (b, t, chunk))
-            among_new = (
-                jnp.take_along_axis(new_mask, idx, axis=2) & ((rel >= 0) & (rel < t))[:, None, :]
-            )
-            allowed = (rel < 0)[:, None, :] | among_new  # [B, T, C]
+            allowed = allowed_slots(lengths, new_mask, chunk, start)  # [B, T, C]
         else:
             allowed = lax.dynamic_slice_in_dim(kv_mask, start, chunk, axis=2)
+        slots = start + jnp.arange(chunk)  # [C]
         allowed = allowed & (slots >= i * chunk)[None, None, :]  # not counted twice
         scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype)).astype(jnp.float32) * scale
         mask = allowed[:, None, None]  # [B, 1, 1, T, C]

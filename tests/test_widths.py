@@ -235,6 +235,22 @@ def test_streaming_takes_the_widths_generate_takes(models):
     assert len(set(stream.widths_taken)) > 1
 
 
+def test_random_widths_sample_repeats_whatever_the_timing(models):
+    """At T = 1 under the random policy a seed gives one sample: nothing is calibrated (the costs
+    steer nothing), so the widths and draws do not depend on how long a step took. A slowed
+    first call (as a mesh or a loaded machine would give) used to take other widths."""
+    target, draft = models
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig("block", params, 12, widths=(0, 1, 3), width_policy="random")
+    programs.PROGRAMS.costs.clear()
+    first = generate(target, PROMPTS, cfg, drafter, seed=6)
+    assert not programs.PROGRAMS.costs, programs.PROGRAMS.costs  # nothing measured
+    again = generate(target, PROMPTS, cfg, drafter, seed=6)
+    assert again.tokens == first.tokens
+    assert again.metrics.width_steps == first.metrics.width_steps
+
+
 def test_controller_choices():
     widths = (0, 2, 4)
     active = jnp.ones((3,), bool)

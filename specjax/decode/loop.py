@@ -207,9 +207,15 @@ class Run:
         reading the counters: as much as a sub-millisecond step) cancels. n and the number of
         estimates (their median is kept) are sized from the first width-0 call
         (``CALIBRATION_SECONDS``, ``CALIBRATION_STEPS``, ``CALIBRATION_REPEATS``), so cheap
-        steps get more of both. Stops early, measuring nothing, if every row finishes."""
+        steps get more of both. Stops early, measuring nothing, if every row finishes.
+
+        Only the automatic policy reads the costs; under a forced or random one nothing is
+        measured, so its steps (and, at temperature > 0, the sample a seed gives) do not depend
+        on how long a step took."""
         if not self.config.widths or self.config.width_costs or self.key in PROGRAMS.costs:
             return state
+        if self.config.force_width != widths.AUTO:  # the costs steer nothing: keep the draws
+            return state  # of a seed independent of timing
         n_widths = len(self.config.widths)
         first = time.perf_counter()
         for i in range(n_widths):  # untimed: a width's first run is slower

@@ -12,6 +12,9 @@ its own path's earlier nodes (:func:`draft_kv_mask`).
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -61,40 +64,54 @@ def draft_path_slots(base: Array, path: Array, num_paths: int, draft_len: int) -
     return base[:, None] + j * num_paths + path[:, None]
 
 
-def draft_kv_mask(base: Array, depth: Array, num_paths: int, capacity: int) -> Array:
-    """bool ``[B, K, S]``: slots that path k's depth-``depth`` input may attend to.
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LevelMask:
+    """Which cache slots the W nodes of one level of a tree grown level by level may attend
+    to, kept as the rule rather than as a ``[B, W, S]`` mask: attention asks for the slots it
+    reads (:meth:`allowed`), so a call costs what the cache holds, not its capacity.
+
+    Level j's W nodes sit at slots ``scratch + j * W + w``; a node of column w sees the first
+    ``visible[b, w]`` slots (the committed prefix, and whatever else that column shares) and its
+    own column's nodes of the first ``levels`` levels. The draft tree (:func:`draft_kv_mask`:
+    W = K paths) and SSD's branches (:func:`level_kv_mask`: W = C, each also seeing the glue of
+    its accepted tokens) are both such trees.
+
+    Attributes:
+      visible: int ``[B, W]`` leading slots each column sees.
+      scratch: int ``[B]`` first slot of level 0.
+      levels: int ``[]`` levels written so far (including the one being fed).
+    """
+
+    visible: Array
+    scratch: Array
+    levels: Array
+
+    def allowed(self, start: Array | int, size: int) -> Array:
+        """bool ``[B, W, size]``: the rule over the ``size`` slots from ``start``."""
+        width = self.visible.shape[1]
+        s = start + jnp.arange(size)[None, None, :]  # [1, 1, size]
+        rel = s - self.scratch[:, None, None]  # [B, 1, size]
+        column = jnp.arange(width)[None, :, None]  # [1, W, 1]
+        own = (rel >= 0) & (rel < self.levels * width) & (rel % width == column)
+        return (s < self.visible[..., None]) | own
+
+
+def draft_kv_mask(base: Array, depth: Array, num_paths: int) -> LevelMask:
+    """What path k's depth-``depth`` input may attend to: the committed prefix and its own
+    path's earlier inputs.
 
     Args:
       base: int ``[B]`` draft-cache length after the root was fed (committed entries).
       depth: scalar int, 1 <= depth < L: the depth being fed (its tokens written at
         ``base + (depth - 1) * K + k``).
       num_paths: K.
-      capacity: S.
     """
     visible = jnp.broadcast_to(base[:, None], (base.shape[0], num_paths))
-    return level_kv_mask(visible, base, depth, num_paths, capacity)
+    return level_kv_mask(visible, base, depth)
 
 
-def level_kv_mask(
-    visible: Array, scratch: Array, levels: Array, width: int, capacity: int
-) -> Array:
-    """bool ``[B, W, S]``: what column w of a tree grown level by level may attend to.
-
-    Level j's W nodes sit at slots ``scratch + j * W + w``; a node of column w sees the first
-    ``visible[b, w]`` slots (the committed prefix, and whatever else that column shares) and its
-    own column's nodes of the first ``levels`` levels. The draft tree (:func:`draft_kv_mask`:
-    W = K paths) and SSD's branches (W = C, each also seeing the glue of its accepted tokens)
-    are both such trees.
-
-    Args:
-      visible: int ``[B, W]`` leading slots each column sees.
-      scratch: int ``[B]`` first slot of level 0.
-      levels: scalar int, levels written so far (including the one being fed).
-      width: W.
-      capacity: S.
-    """
-    s = jnp.arange(capacity)[None, None, :]  # [1, 1, S]
-    rel = s - scratch[:, None, None]  # [B, 1, S]
-    column = jnp.arange(width)[None, :, None]  # [1, W, 1]
-    own = (rel >= 0) & (rel < levels * width) & (rel % width == column)
-    return (s < visible[..., None]) | own
+def level_kv_mask(visible: Array, scratch: Array, levels: Array) -> LevelMask:
+    """The :class:`LevelMask` of a tree grown level by level (its attributes, ``levels`` made
+    an array)."""
+    return LevelMask(visible, scratch, jnp.asarray(levels, jnp.int32))

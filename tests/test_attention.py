@@ -4,14 +4,17 @@ decoding gives the same tokens whichever is used."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from specjax import tree
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.seams import PROGRAMS
+from specjax.decode.seams import PROGRAMS, compile_generation, prepare
 from specjax.drafters import ModelDrafter
 from specjax.models import KVCache, Llama, attention
 from specjax.sampling import SamplingParams
@@ -22,7 +25,10 @@ def dense(q, cache_k, cache_v, lengths, new_mask, kv_mask=None):
     """The reference: one ``[B, T, S]`` mask and one softmax over every slot of the cache (what
     specjax computed before the windows)."""
     s = cache_k.shape[1]
-    allowed = attention.allowed_slots(lengths, new_mask, s) if kv_mask is None else kv_mask
+    if kv_mask is None:
+        allowed = attention.allowed_slots(lengths, new_mask, s)
+    else:
+        allowed = kv_mask.allowed(0, s)  # [B, T, S]: the one place it is built whole
     scores = jnp.einsum("btgre,bsge->bgrts", q, cache_k).astype(jnp.float32) * q.shape[-1] ** -0.5
     scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
     return jnp.einsum("bgrts,bsge->btgre", jax.nn.softmax(scores, axis=-1), cache_v)
@@ -39,6 +45,39 @@ def random_inputs(seed, b=4, t=5, s=128, g=2, r=2, e=8, lengths=(0, 3, 17, 40)):
     )
     tree = jax.random.bernoulli(keys[3], 0.5, (b, t, t)) | jnp.eye(t, dtype=bool)
     return q, cache_k, cache_v, jnp.asarray(lengths, jnp.int32), tree
+
+
+def grown_tree(lengths, width, seed, levels=3):
+    """A :class:`~specjax.tree.LevelMask` whose current level (``levels - 1``) is the ``width``
+    new tokens at ``lengths ..``: level 0 at ``lengths - (levels - 1) * width`` (clipped at 0),
+    each column seeing a random part of the prefix before it."""
+    scratch = jnp.maximum(lengths - (levels - 1) * width, 0)
+    fraction = jax.random.uniform(jax.random.key(seed), (lengths.shape[0], width))
+    visible = (fraction * scratch[:, None]).astype(jnp.int32)  # [B, W]
+    return tree.level_kv_mask(visible, scratch, levels)
+
+
+def old_level_mask(visible, scratch, levels, capacity):
+    """The ``[B, W, S]`` mask specjax built before :class:`~specjax.tree.LevelMask`."""
+    s = jnp.arange(capacity)[None, None, :]
+    rel = s - scratch[:, None, None]
+    column = jnp.arange(visible.shape[1])[None, :, None]
+    own = (rel >= 0) & (rel < levels * visible.shape[1]) & (rel % visible.shape[1] == column)
+    return (s < visible[..., None]) | own
+
+
+def test_a_level_mask_is_the_old_whole_mask_slice_by_slice():
+    lengths = jnp.asarray([12, 30, 17, 40], jnp.int32)
+    mask = grown_tree(lengths, 4, 0)
+    whole = old_level_mask(mask.visible, mask.scratch, 3, 64)  # [B, W, S]
+    np.testing.assert_array_equal(mask.allowed(0, 64), whole)
+    for start, size in ((0, 16), (16, 16), (40, 24), (jnp.int32(5), 7)):
+        np.testing.assert_array_equal(mask.allowed(start, size), whole[:, :, start : start + size])
+    full = np.asarray(mask.allowed(0, 64))  # the current level's nodes: at lengths + w
+    for b, n in enumerate(np.asarray(lengths)):
+        for w in range(4):
+            assert full[b, w, n + w]  # each node sees itself
+            assert not full[b, w, [n + x for x in range(4) if x != w]].any()  # not its siblings
 
 
 @pytest.mark.parametrize("smallest", [8, 16, 64])  # the longest row needs 45 slots: W = 64
@@ -62,11 +101,8 @@ def test_the_window_equals_one_softmax_over_the_whole_cache(smallest):
     got = run(q, ck, cv, lengths, tree)
     assert np.isfinite(np.asarray(got)).all()  # no stale slot was read
     np.testing.assert_allclose(got, dense(q, *finite, lengths, tree), atol=1e-6, rtol=1e-6)
-    # a draft tree grown over several calls: a [B, T, S] mask of its own
-    kv = attention.allowed_slots(lengths, tree, 128) & jax.random.bernoulli(
-        jax.random.key(9), 0.6, (4, 5, 128)
-    )
-    kv = kv | (jnp.arange(128)[None, None] == (lengths[:, None] + jnp.arange(5))[..., None])
+    # a draft tree grown over several calls: its level mask, asked for the window's slots
+    kv = grown_tree(lengths, 5, 9)
     got = run(q, ck, cv, lengths, tree, kv)
     np.testing.assert_allclose(got, dense(q, *finite, lengths, tree, kv), atol=1e-6, rtol=1e-6)
 
@@ -84,10 +120,7 @@ def test_the_chunks_equal_one_softmax_over_the_whole_cache(chunk):
     got = run(q, ck, cv, lengths, tree)
     assert np.isfinite(np.asarray(got)).all()  # no slot past the longest row was read
     np.testing.assert_allclose(got, dense(q, *finite, lengths, tree), atol=1e-6, rtol=1e-6)
-    kv = attention.allowed_slots(lengths, tree, 128) & jax.random.bernoulli(
-        jax.random.key(3), 0.6, (4, 5, 128)
-    )
-    kv = kv | (jnp.arange(128)[None, None] == (lengths[:, None] + jnp.arange(5))[..., None])
+    kv = grown_tree(lengths, 5, 3)
     got = run(q, ck, cv, lengths, tree, kv)
     np.testing.assert_allclose(got, dense(q, *finite, lengths, tree, kv), atol=1e-6, rtol=1e-6)
     # a row near the capacity: with 48-slot chunks the third starts at 80, not 96, and skips
@@ -185,3 +218,27 @@ def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
     monkeypatch.undo()  # later tests compile with the default attention
     PROGRAMS.clear()
     jax.clear_caches()
+
+
+def test_no_mask_spans_the_whole_cache(monkeypatch):
+    """With the chunked attention, the compiled prefill and decode programs of a K = 3 tree
+    with a model drafter build no boolean mask over every cache slot (``pred[..., S]``):
+    verification, prefill and the draft tree grown over several calls (its
+    :class:`~specjax.tree.LevelMask`) ask only for the slots of the chunk they read. (The
+    windows' largest window is the whole cache, so they are checked by their logits instead.)"""
+    monkeypatch.setattr(attention, "CHUNK", 32)
+    PROGRAMS.clear()
+    jax.clear_caches()
+    target, draft = pair(48, sigma=0.3)
+    drafter = ModelDrafter(draft, num_paths=3, draft_len=3, sampling=SamplingParams(0.0))
+    cfg = DecodeConfig("gbv", SamplingParams(0.0), 200)
+    prompts = [[1, 2, 3], [5, 6]]
+    s = prepare(target, drafter, prompts, cfg).capacity
+    programs = compile_generation(target, prompts, cfg, drafter)
+    monkeypatch.undo()
+    PROGRAMS.clear()
+    jax.clear_caches()
+    assert s >= 4 * 32, s
+    for program in programs:
+        whole = re.findall(rf"pred\[[\d,]*\b{s}\]", program.as_text())
+        assert not whole, whole[:3]

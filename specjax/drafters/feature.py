@@ -160,7 +160,7 @@ class FeatureDrafter:
 
         def grow(depth, carry):  # feed depth-1 tokens with their parents' outputs, sample depth
             cache, draft, probs, g = carry
-            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths, cache.capacity)  # [B, K, S]
+            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths)  # own path and prefix
             positions = jnp.broadcast_to((lengths + depth - 1)[:, None], (b, k_paths))
             h, logits, cache = head(
                 g, draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask

@@ -118,7 +118,7 @@ class ModelDrafter:
 
         def grow(depth, carry):  # feed depth-1 tokens, sample depth
             cache, draft, probs = carry
-            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths, cache.capacity)  # [B, K, S]
+            kv_mask = tree.draft_kv_mask(lengths, depth, k_paths)  # own path and prefix
             positions = jnp.broadcast_to((lengths + depth - 1)[:, None], (b, k_paths))
             logits, cache = self.model(
                 draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask

@@ -71,7 +71,7 @@ def attend(
     layer: int,
     lengths: Array,  # [B] committed entries before this call
     new_mask: Array,  # [B, T, T] bool
-    kv_mask: Array | None = None,  # [B, T, S] bool, replaces the mask built from new_mask
+    kv_mask=None,  # a specjax.tree.LevelMask, replaces the mask built from new_mask
     *,
     scale: float,
     dtype,
@@ -88,9 +88,10 @@ def attend(
       layer: the layer (static).
       lengths: int ``[B]`` committed entries per row before this call.
       new_mask: ``new_mask[b, i, j]``: new token i attends to new token j.
-      kv_mask: optional ``[B, T, S]`` mask of every slot, used as given (a draft tree grown
-        over several calls sees only its ancestors among earlier nodes); its slots past
-        ``lengths + T`` must be False.
+      kv_mask: optional :class:`specjax.tree.LevelMask` (``W = T`` columns), used instead of
+        ``new_mask``: a draft tree grown over several calls sees only its ancestors among
+        earlier nodes. It is a rule, asked only for the slots read (``allowed(start, size)``
+        ``[B, T, size]``); it must allow no slot past ``lengths + T``.
       scale: the score scale (``head_dim ** -0.5``).
       dtype: the compute dtype of the products with keys and values.
       smallest: :func:`attend_windows`' smallest window (default :data:`MIN_WINDOW`).
@@ -111,7 +112,7 @@ def attend_windows(
     layer: int,
     lengths: Array,  # [B]
     new_mask: Array,  # [B, T, T] bool
-    kv_mask: Array | None = None,  # [B, T, S] bool
+    kv_mask=None,  # a specjax.tree.LevelMask
     *,
     scale: float,
     dtype,
@@ -127,7 +128,7 @@ def attend_windows(
             if kv_mask is None:
                 allowed = allowed_slots(lengths, new_mask, w)  # [B, T, W]
             else:
-                allowed = kv_mask[:, :, :w]
+                allowed = kv_mask.allowed(0, w)  # [B, T, W]
             k, v = cache_k[layer, :, :w], cache_v[layer, :, :w]  # [B, W, G, E]
             scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype))
             scores = scores.astype(jnp.float32) * scale
@@ -153,7 +154,7 @@ def attend_chunks(
     layer: int,
     lengths: Array,  # [B]
     new_mask: Array,  # [B, T, T] bool
-    kv_mask: Array | None = None,  # [B, T, S] bool
+    kv_mask=None,  # a specjax.tree.LevelMask
     *,
     scale: float,
     dtype,
@@ -180,7 +181,7 @@ def attend_chunks(
         if kv_mask is None:
             allowed = allowed_slots(lengths, new_mask, chunk, start)  # [B, T, C]
         else:
-            allowed = lax.dynamic_slice_in_dim(kv_mask, start, chunk, axis=2)
+            allowed = kv_mask.allowed(start, chunk)  # [B, T, C]
         slots = start + jnp.arange(chunk)  # [C]
         allowed = allowed & (slots >= i * chunk)[None, None, :]  # not counted twice
         scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype)).astype(jnp.float32) * scale

@@ -222,7 +222,7 @@ class EagleHead(nnx.Module):
         cache: KVCache,
         positions: Array | None = None,
         attn_mask: Array | None = None,
-        kv_mask: Array | None = None,
+        kv_mask=None,
     ) -> tuple[Array, Array, KVCache]:
         """Runs T pairs per row through the layer with the head's KV cache.
 
@@ -232,8 +232,8 @@ class EagleHead(nnx.Module):
           cache: the head's one-layer cache; the pairs are written at ``lengths ..``.
           positions: ``[B, T]`` rotary positions (default ``lengths + arange(T)``).
           attn_mask: bool ``[B, T, T]`` among the new pairs (default causal).
-          kv_mask: bool ``[B, T, S]`` overriding ``attn_mask`` (a draft tree, as
-            :class:`~specjax.models.Llama`).
+          kv_mask: a :class:`specjax.tree.LevelMask` overriding ``attn_mask`` (a draft tree,
+            as :class:`~specjax.models.Llama`).
 
         Returns:
           ``(h [B, T, D], logits [B, T, W], cache)`` with ``lengths + T``.

@@ -67,7 +67,7 @@ class Attention(nnx.Module):
         layer: int,
         lengths: Array,  # [B] committed entries before this call
         new_mask: Array,  # [B, T, T] bool: which new tokens each new token attends to
-        kv_mask: Array | None = None,  # [B, T, S] bool: which slots, replacing new_mask's
+        kv_mask=None,  # a specjax.tree.LevelMask: which slots, replacing new_mask's
     ) -> tuple[Array, Array, Array]:
         c = self.config
         dtype = c.compute_dtype
@@ -156,7 +156,7 @@ class Llama(nnx.Module):
         positions: Array | None = None,
         cache: KVCache | None = None,
         attn_mask: Array | None = None,
-        kv_mask: Array | None = None,
+        kv_mask=None,
         logits_to_keep: int | None = None,
         features: tuple[int, ...] = (),
     ):
@@ -167,10 +167,11 @@ class Llama(nnx.Module):
           positions: int ``[B, T]`` rotary positions (default: ``cache.lengths + arange(T)``).
           cache: the KV cache; None for a stand-alone full-sequence forward.
           attn_mask: bool ``[B, T, T]`` among the new tokens (default causal).
-          kv_mask: bool ``[B, T, S]``: which cache slots (after this call's writes at
-            ``lengths .. lengths + T - 1``) each new token attends to. Overrides ``attn_mask``;
-            used to grow a draft tree over several calls, where earlier tree nodes sit past the
-            committed entries and only a token's ancestors may be seen.
+          kv_mask: a :class:`specjax.tree.LevelMask`: which cache slots (after this call's
+            writes at ``lengths .. lengths + T - 1``) each new token attends to, as a rule the
+            attention asks for the slots it reads. Overrides ``attn_mask``; used to grow a draft
+            tree over several calls, where earlier tree nodes sit past the committed entries
+            and only a token's ancestors may be seen.
           logits_to_keep: if set, the output head runs on the last this many positions only
           (logits ``[B, logits_to_keep, V]``), e.g. 1 for a prefill that needs the next token.
           features: block indices (0-based) whose output hidden states are also returned, for

@@ -289,7 +289,7 @@ def decode_branches(
 
     def level(d, carry):
         kv, fed, probs = carry
-        kv_mask = tree.level_kv_mask(visible, scratch, d + 1, c, kv.capacity)  # [B, C, S]
+        kv_mask = tree.level_kv_mask(visible, scratch, d + 1)  # own branch, glue, prefix
         positions = base[:, None] + glue + d  # [B, C]
         logits, kv = model(
             fed[:, :, d], cache=kv.rollback(scratch + d * c), positions=positions, kv_mask=kv_mask

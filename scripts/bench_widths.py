@@ -23,6 +23,8 @@ from absl import app, flags
 from benchlib.chat_prompts import CHATS, PARAGRAPH
 
 from specjax.decode import DecodeConfig, Stream, generate
+from specjax.decode.buckets import DEFAULT
+from specjax.decode.seams import Run
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.models import load_pair
 from specjax.models.pure import PureModel, truncated
@@ -33,6 +35,7 @@ _MTBENCH = flags.DEFINE_integer("mtbench", 10, "MT-bench questions (first turns,
 _NEW = flags.DEFINE_integer("new_tokens", 128, "tokens generated per generation")
 _LEN = flags.DEFINE_integer("draft_len", 6, "L (configs/smollm2.py's)")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "timed interleaved rounds (median)")
+WARM_UPS = 6  # untimed generations at most per configuration before the timed rounds
 _WINDOW = flags.DEFINE_integer("window", 8, "steps per column of the width-over-time chart")
 _SHAKESPEARE_NEW = flags.DEFINE_integer("shakespeare_tokens", 200, "tokens per Shakespeare run")
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
@@ -73,13 +76,17 @@ def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
 
 
 def interleaved(name: str, ids: list[int], target, configs: dict) -> list[dict]:
-    """Times every configuration on one prompt, interleaved, after a warm-up (which compiles
-    and calibrates the width costs); speedups against the ``autoregressive`` entry."""
+    """Times every configuration on one prompt, interleaved, after warm-ups (which compile and
+    calibrate the width costs); speedups against the ``autoregressive`` entry."""
     runs = {
         k: (lambda c=c, d=d: generate(target, [ids], c, d, seed=0)) for k, (c, d) in configs.items()
     }
-    for run in runs.values():
-        run()
+    for k, run in runs.items():
+        for _ in range(WARM_UPS):  # compile, then calibrate (a short generation may need more)
+            run()
+            c, d = configs[k]
+            if Run.of(target, d, [ids], c, 0, None, DEFAULT).calibrated:
+                break
     times = {k: [] for k in runs}
     gens = {}
     for _ in range(_REPEATS.value):

@@ -197,7 +197,7 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
-    policy = W.Policy(jnp.asarray([1.0, 9.0, 9.0]), jnp.int32(W.AUTO))  # only probes draft
+    policy = W.Policy(jnp.asarray([1.0, 1.9, 9.0]), jnp.int32(W.AUTO))  # only probes draft
     start = _initial(target, drafter, cfg, PROMPTS)
     program = jax.jit(decode_program, static_argnames=("config",))
     state, steps = program(target, drafter, start, 13, None, policy, config=cfg)

@@ -115,9 +115,12 @@ def idle_quota(control: width_control.WidthControl, policy: width_control.Policy
 
     :func:`choose_width` only counts those steps (its ``stay``), so the decode program runs them
     as plain one-token steps and books them at once (:func:`book_idle`): the same widths, the
-    same state, none of the controller's per-step work."""
+    same state, none of the controller's per-step work. Width 0 forced (calibration) is one
+    run to the end, so it is timed as the automatic policy runs it; under the random policy
+    every step draws."""
     quota = jnp.maximum(control.probe_after - control.idle, 1)
-    return jnp.where(policy.force == width_control.AUTO, quota, 1).astype(jnp.int32)
+    forced = jnp.where(policy.force >= 0, jnp.iinfo(jnp.int32).max, 1)
+    return jnp.where(policy.force == width_control.AUTO, quota, forced).astype(jnp.int32)
 
 
 def book_idle(state: DecodeState, runs: Array, counted: Array) -> DecodeState:

@@ -33,7 +33,7 @@ from specjax.models.pure import PureModel, as_pure
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
-CALIBRATION_SECONDS, CALIBRATION_STEPS, CALIBRATION_REPEATS = 0.01, (3, 16), 5
+CALIBRATION_SECONDS, CALIBRATION_STEPS, CALIBRATION_REPEATS = 0.02, (3, 32), 5
 """How long :meth:`Run.calibrate`'s long call at width 0 should run, the bounds of the steps it
 runs beyond the one-step call, and the estimates per width (median) when a one-step call takes
 less than ``CALIBRATION_SECONDS`` (a sub-millisecond step needs many steps and estimates to rise
@@ -91,6 +91,16 @@ def _counters(state: DecodeState) -> DecodeState:
     return jax.device_get(state.replace(target_cache=None, draft_state=None))
 
 
+def _costs_from(per_step: list[list[float]] | None) -> np.ndarray | None:
+    """Relative width costs from the median of each width's estimates of seconds per step;
+    None without an estimate for every width, or if noise made a drafting step look cheaper
+    than a one-token step."""
+    if not per_step or not all(per_step):
+        return None
+    costs = widths.costs_from_timings([np.median(t) for t in per_step])
+    return costs if np.all(costs[1:] >= 1.0) else None
+
+
 class Run:
     """One generation's inputs placed on devices, and its two compiled programs."""
 
@@ -146,13 +156,28 @@ class Run:
 
     @property
     def costs(self) -> np.ndarray:
-        """The width costs the controller uses: measured (:meth:`calibrate`) or guessed."""
+        """The width costs the controller uses: given, measured (:meth:`calibrate`), the
+        estimates so far of a calibration that a short generation cut off, or guessed."""
         if self.config.width_costs:
             return np.asarray(self.config.width_costs, np.float32)
         known = PROGRAMS.costs.get(self.key)
         if known is not None:
             return known
+        partial = _costs_from(PROGRAMS.estimates.get(self.key))
+        if partial is not None:
+            return partial
         return widths.guess_costs(self.config.widths, self.drafter.num_paths)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the controller's costs are settled: given, measured to the end, or not read
+        (no widths, or a forced or random policy)."""
+        return (
+            not self.config.widths
+            or bool(self.config.width_costs)
+            or self.config.force_width != widths.AUTO
+            or self.key in PROGRAMS.costs
+        )
 
     def decode(
         self,
@@ -205,32 +230,35 @@ class Run:
         step), timed. One estimate of a width's cost is the time of a call of 1 + n steps less
         that of a one-step call, per extra step, so the cost of a call itself (dispatch and
         reading the counters: as much as a sub-millisecond step) cancels. n and the number of
-        estimates (their median is kept) are sized from the first width-0 call
+        estimates (their median is kept) are sized from a warm one-step width-0 call
         (``CALIBRATION_SECONDS``, ``CALIBRATION_STEPS``, ``CALIBRATION_REPEATS``), so cheap
-        steps get more of both. Stops early, measuring nothing, if every row finishes.
+        steps get more of both.
+
+        A generation too short for every estimate (its rows finish first) keeps the estimates
+        it made for the program: until the next call of the same program makes the rest, the
+        controller uses their medians (not the guess, which can be far off for a small model).
 
         Only the automatic policy reads the costs; under a forced or random one nothing is
         measured, so its steps (and, at temperature > 0, the sample a seed gives) do not depend
         on how long a step took."""
-        if not self.config.widths or self.config.width_costs or self.key in PROGRAMS.costs:
+        if self.calibrated:
             return state
-        if self.config.force_width != widths.AUTO:  # the costs steer nothing: keep the draws
-            return state  # of a seed independent of timing
         n_widths = len(self.config.widths)
+        for i in range(n_widths):  # untimed: a width's first run is slower (10 ms, not 2)
+            state = self.decode(state, 1, force=i)
+        jax.device_get(state.lengths)
         first = time.perf_counter()
-        for i in range(n_widths):  # untimed: a width's first run is slower
-            state = self.decode(state, 1, force=i)
-            if i == 0:
-                jax.device_get(state.lengths)
-                first = max(time.perf_counter() - first, 1e-6)
-        cheap = first < CALIBRATION_SECONDS  # a call's cost and first runs weigh: warm, repeat
-        for i in range(n_widths if cheap else 0):
-            state = self.decode(state, 1, force=i)
+        state = self.decode(state, 1, force=0)
+        jax.device_get(state.lengths)
+        first = max(time.perf_counter() - first, 1e-6)
+        cheap = first < CALIBRATION_SECONDS  # a call's cost and noise weigh: repeat
         low, high = CALIBRATION_STEPS
         extra = int(np.clip(np.ceil(CALIBRATION_SECONDS / first), low, high))
         repeats = CALIBRATION_REPEATS if cheap else 1
-        per_step = [[] for _ in range(n_widths)]
-        for _ in range(repeats):
+        per_step = PROGRAMS.estimates.setdefault(self.key, [[] for _ in range(n_widths)])
+        for _ in range(2 * repeats):  # (a timing swamped by noise gives no estimate)
+            if min(map(len, per_step)) >= repeats:
+                break
             for i in range(n_widths):
                 timed = []
                 for n in (1, 1 + extra):
@@ -240,14 +268,12 @@ class Run:
                     taken, done = jax.device_get((state.control.steps, state.done))
                     timed.append((time.perf_counter() - start, taken[i] - before))
                     if np.all(done):
-                        return state
+                        return state  # (the estimates so far are kept for the next call)
                 (short, n_short), (long, n_long) = timed
                 if n_long > n_short and long > short:
                     per_step[i].append((long - short) / (n_long - n_short))
-        if not all(per_step):
-            return state  # the timings were swamped: keep the guess
-        costs = widths.costs_from_timings([np.median(t) for t in per_step])
-        if np.all(costs[1:] >= 1.0):  # a drafting step does more than a one-token step
+        costs = _costs_from(PROGRAMS.estimates.pop(self.key))
+        if costs is not None:
             PROGRAMS.costs[self.key] = costs  # (else noise won: measure again next call)
         return state
 

@@ -225,6 +225,7 @@ class _Programs:
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
         self.costs: dict = {}  # measured width costs per program key (calibrate)
+        self.estimates: dict = {}  # per key, per width: the estimates so far (calibrate)
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
@@ -234,6 +235,7 @@ class _Programs:
         self.compiled += 2 * built
         if built:
             self.costs.pop(key, None)
+            self.estimates.pop(key, None)
         return (*pair, key)
 
     @staticmethod
@@ -301,6 +303,7 @@ class _Programs:
         """Drops every kept program."""
         self.kept.clear()
         self.costs.clear()
+        self.estimates.clear()
 
 
 def _compile_grow(args, mesh):

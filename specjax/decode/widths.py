@@ -21,8 +21,9 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
 It maximises the batch's expected goodput ``sum_b (1 + E_b[accepted | w]) / costs[w]`` with
 ``E_b[accepted | w] = sum_{j <= min(w, hint_b)} prod_{i <= j} accept[b, i]``. After
 ``PROBE`` steps at width 0 it tries the smallest non-zero width once, so a draft whose acceptance
-recovers is noticed; the wait doubles after each probe that does not pay, and drafters whose
-first proposal is checked for free at width 0 (n-gram lookup) need no probes. The choice is one
+recovers is noticed; the wait doubles after each probe that does not pay, drafters whose
+first proposal is checked for free at width 0 (n-gram lookup) need no probes, and none is made
+where even a fully accepted draft would not pay for its step (:func:`could_pay`). The choice is one
 scalar for the whole batch (a reduction over rows), so under a mesh every device takes the same
 branch.
 
@@ -152,6 +153,14 @@ def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Ar
     return jnp.take_along_axis(cum, w, axis=1)
 
 
+def could_pay(costs: Array, widths: tuple[int, ...]) -> Array:
+    """bool ``[]``: whether some drafting width would beat width 0 by :data:`MARGIN` if every
+    draft token were accepted. If none would, a probe can only lose, so none is made."""
+    w = jnp.asarray(widths, jnp.float32)  # [W]
+    best = (1.0 + w) / (costs * MARGIN)  # [W] goodput of a fully accepted draft
+    return jnp.any((w > 0) & (best > 1.0 / costs[0]))
+
+
 def choose(
     control: WidthControl,
     policy: Policy,
@@ -180,7 +189,7 @@ def choose(
     best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
     can_draft = jnp.any(active & (hint > 0))
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= control.probe_after) & can_draft
-    probing = probing & probe & (len(widths) > 1)
+    probing = probing & probe & (len(widths) > 1) & could_pay(policy.costs, widths)
     auto = jnp.where(probing, 1, best)
     after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
     last = jnp.clip(control.last, 0, len(widths) - 1)

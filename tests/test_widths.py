@@ -19,8 +19,10 @@ from specjax import sampling
 from specjax.decode import DecodeConfig, Stream, generate, programs
 from specjax.decode import widths as W
 from specjax.decode.adaptive import choose_width
+from specjax.decode.buckets import DEFAULT
 from specjax.decode.seams import (
     PROGRAMS,
+    Run,
     autoregressive_step,
     compile_generation,
     decode_program,
@@ -187,7 +189,14 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
         )
 
 
-def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
+@pytest.mark.parametrize(
+    "costs",
+    [
+        (1.0, 1.9, 9.0),  # only probes draft
+        pytest.param((1.0, 9.0, 9.0), marks=SLOW),  # no probe can pay: one run to the end
+    ],
+)
+def test_idle_runs_take_the_widths_stepping_by_hand_takes(models, costs):
     """The decode program runs a model drafter's width-0 steps as plain one-token steps, booked
     once per run (``adaptive.idle_quota`` / ``book_idle``); stepping by hand decides at every
     step. Both take the same widths (the probes after 8 and 16 idle steps included), draw the same
@@ -197,7 +206,7 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
-    policy = W.Policy(jnp.asarray([1.0, 1.9, 9.0]), jnp.int32(W.AUTO))  # only probes draft
+    policy = W.Policy(jnp.asarray(costs), jnp.int32(W.AUTO))
     start = _initial(target, drafter, cfg, PROMPTS)
     program = jax.jit(decode_program, static_argnames=("config",))
     state, steps = program(target, drafter, start, 13, None, policy, config=cfg)
@@ -214,7 +223,10 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
     for field in ("accept", "idle", "probe_after", "steps", "last", "first", "next"):
         np.testing.assert_array_equal(getattr(state.control, field), getattr(hand.control, field))
     taken = np.asarray(state.control.steps)
-    assert taken[1] >= 2 and taken[0] >= 20, taken  # idle runs and two probes
+    if costs[1] < 2:
+        assert taken[1] >= 2 and taken[0] >= 20, taken  # idle runs and two probes
+    else:
+        assert taken[1] == taken[2] == 0, taken
 
 
 @SLOW
@@ -243,12 +255,33 @@ def test_random_widths_sample_repeats_whatever_the_timing(models):
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, 12, widths=(0, 1, 3), width_policy="random")
-    programs.PROGRAMS.costs.clear()
+    PROGRAMS.costs.clear()
     first = generate(target, PROMPTS, cfg, drafter, seed=6)
-    assert not programs.PROGRAMS.costs, programs.PROGRAMS.costs  # nothing measured
+    assert not PROGRAMS.costs, PROGRAMS.costs  # nothing measured
     again = generate(target, PROMPTS, cfg, drafter, seed=6)
     assert again.tokens == first.tokens
     assert again.metrics.width_steps == first.metrics.width_steps
+
+
+def test_a_short_generation_keeps_its_calibration_for_the_next_call(models, autoregressive):
+    """Ten tokens are too few for every calibration estimate: each call keeps what it measured
+    for the program (the controller meanwhile uses those medians), and a later call of the
+    same program completes it. The tokens are the autoregressive ones throughout."""
+    target, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    cfg = DecodeConfig("block", GREEDY, 10, widths=(0, 3))
+    run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
+    PROGRAMS.costs.pop(run.key, None)
+    PROGRAMS.estimates.pop(run.key, None)
+    partial = []
+    for _ in range(40):
+        out = generate(target, PROMPTS, cfg, drafter)
+        assert out.tokens == [row[:10] for row in autoregressive]
+        if run.calibrated:
+            break
+        partial.append(PROGRAMS.estimates.get(run.key))
+    assert run.calibrated and partial and any(partial), partial
+    assert run.costs[0] == 1.0 and np.all(run.costs[1:] >= 1.0)
 
 
 def test_controller_choices():
@@ -273,6 +306,14 @@ def test_controller_choices():
             assert int(W.choose(idle, costs, hint, active, widths, probe=False)[0]) == 0
         index, idle = W.choose(idle, costs, hint, active, widths)
         assert int(index) == 1 and int(idle.idle) == 0
+    # No probe where even a fully accepted draft would not pay for its step: widths 2 and 4
+    # cost more than 3 and 5 one-token steps (and 1.05 times that with the margin).
+    hopeless = W.Policy(jnp.asarray([1.0, 2.9, 4.8]), jnp.int32(W.AUTO))
+    assert not bool(W.could_pay(hopeless.costs, widths)) and bool(W.could_pay(costs.costs, widths))
+    idle = bad
+    for _ in range(4 * W.PROBE):
+        index, idle = W.choose(idle, hopeless, hint, active, widths)
+        assert int(index) == 0
     # A forced width is obeyed whatever the estimates.
     forced = W.Policy(costs.costs, jnp.int32(2))
     assert int(W.choose(bad, forced, hint, active, widths)[0]) == 2

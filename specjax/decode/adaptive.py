@@ -86,8 +86,9 @@ def choose_width(
         control = dataclasses.replace(control, first=jnp.where(hint > 0, first, -1))
     else:
         stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
-        due = (control.last != 0) | (control.idle + 1 >= control.probe_after)
-        due = due | (policy.force != width_control.AUTO)
+        can_probe = width_control.could_pay(policy.costs, config.widths)  # else: 0 for good
+        probe_due = (control.idle + 1 >= control.probe_after) & can_probe
+        due = (control.last != 0) | probe_due | (policy.force != width_control.AUTO)
         index, control = jax.lax.cond(due, choose, stay, control)
     kept = jnp.where(policy.force < 0, index, -1).astype(jnp.int32)  # forcing decides afresh
     return index, state.replace(control=dataclasses.replace(control, next=kept))
@@ -115,11 +116,14 @@ def idle_quota(control: width_control.WidthControl, policy: width_control.Policy
 
     :func:`choose_width` only counts those steps (its ``stay``), so the decode program runs them
     as plain one-token steps and books them at once (:func:`book_idle`): the same widths, the
-    same state, none of the controller's per-step work. Width 0 forced (calibration) is one
-    run to the end, so it is timed as the automatic policy runs it; under the random policy
-    every step draws."""
+    same state, none of the controller's per-step work. Where no probe can pay
+    (:func:`~specjax.decode.widths.could_pay`), and with width 0 forced (calibration: timed as
+    the automatic policy runs it), the run lasts to the end; under the random policy every step
+    draws."""
+    unbounded = jnp.iinfo(jnp.int32).max
     quota = jnp.maximum(control.probe_after - control.idle, 1)
-    forced = jnp.where(policy.force >= 0, jnp.iinfo(jnp.int32).max, 1)
+    quota = jnp.where(width_control.could_pay(policy.costs, control.widths), quota, unbounded)
+    forced = jnp.where(policy.force >= 0, unbounded, 1)
     return jnp.where(policy.force == width_control.AUTO, quota, forced).astype(jnp.int32)
 
 

@@ -259,7 +259,7 @@ class Run:
         for _ in range(2 * repeats):  # (a timing swamped by noise gives no estimate)
             if min(map(len, per_step)) >= repeats:
                 break
-            for i in range(n_widths):
+            for i in sorted(range(n_widths), key=lambda i: len(per_step[i])):  # fewest first
                 timed = []
                 for n in (1, 1 + extra):
                     before = jax.device_get(state.control.steps)[i]
@@ -268,10 +268,13 @@ class Run:
                     taken, done = jax.device_get((state.control.steps, state.done))
                     timed.append((time.perf_counter() - start, taken[i] - before))
                     if np.all(done):
-                        return state  # (the estimates so far are kept for the next call)
-                (short, n_short), (long, n_long) = timed
-                if n_long > n_short and long > short:
-                    per_step[i].append((long - short) / (n_long - n_short))
+                        break  # (a long call cut short still gives an estimate)
+                if len(timed) == 2:
+                    (short, n_short), (long, n_long) = timed
+                    if n_long > n_short and long > short:
+                        per_step[i].append((long - short) / (n_long - n_short))
+                if np.all(done):
+                    return state  # (the estimates so far are kept for the next call)
         costs = _costs_from(PROGRAMS.estimates.pop(self.key))
         if costs is not None:
             PROGRAMS.costs[self.key] = costs  # (else noise won: measure again next call)

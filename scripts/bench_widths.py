@@ -15,6 +15,7 @@ Run from the repo root:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -38,6 +39,9 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "timed interleaved rounds (median)
 WARM_UPS = 6  # untimed generations at most per configuration before the timed rounds
 _WINDOW = flags.DEFINE_integer("window", 8, "steps per column of the width-over-time chart")
 _SHAKESPEARE_NEW = flags.DEFINE_integer("shakespeare_tokens", 200, "tokens per Shakespeare run")
+_COPIES = flags.DEFINE_integer(
+    "shakespeare_copies", 4, "compiled copies of each Shakespeare configuration (mean)"
+)
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
 _ONLY = flags.DEFINE_list("only", [], "SmolLM2 prompts whose names contain one of these (all: [])")
@@ -75,47 +79,70 @@ def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
     return records
 
 
-def interleaved(name: str, ids: list[int], target, configs: dict) -> list[dict]:
+def interleaved(name: str, ids: list[int], target, configs: dict, copies: int = 1) -> list[dict]:
     """Times every configuration on one prompt, interleaved, after warm-ups (which compile and
-    calibrate the width costs); speedups against the ``autoregressive`` entry."""
-    runs = {
-        k: (lambda c=c, d=d: generate(target, [ids], c, d, seed=0)) for k, (c, d) in configs.items()
+    calibrate the width costs); speedups against the ``autoregressive`` entry.
+
+    With ``copies > 1`` each configuration is compiled that many times (``max_new_tokens`` n,
+    n + 1, ...: distinct programs doing the same work per token) and its time per token is the
+    mean over copies of each copy's median. On this 2-core VM separately compiled copies of
+    one program run sub-millisecond steps at speeds up to 6% apart (a per-executable draw that
+    changes from process to process), so a single copy of each configuration compares those
+    draws as much as the configurations."""
+    variants = {
+        (k, j): (dataclasses.replace(c, max_new_tokens=c.max_new_tokens + j), d)
+        for k, (c, d) in configs.items()
+        for j in range(copies)
     }
-    for k, run in runs.items():
+    runs = {
+        v: (lambda c=c, d=d: generate(target, [ids], c, d, seed=0))
+        for v, (c, d) in variants.items()
+    }
+    for v, run in runs.items():
         for _ in range(WARM_UPS):  # compile, then calibrate (a short generation may need more)
             run()
-            c, d = configs[k]
+            c, d = variants[v]
             if Run.of(target, d, [ids], c, 0, None, DEFAULT).calibrated:
                 break
-    times = {k: [] for k in runs}
+    per_token = {v: [] for v in runs}
     gens = {}
     for _ in range(_REPEATS.value):
-        for k, run in runs.items():
-            gens[k] = run()
-            times[k].append(gens[k].metrics.seconds)
-    ar = statistics.median(times["autoregressive"])
+        for v, run in runs.items():
+            gens[v] = run()
+            per_token[v].append(gens[v].metrics.seconds / variants[v][0].max_new_tokens)
+    seconds = {
+        k: statistics.fmean(statistics.median(per_token[k, j]) for j in range(copies))
+        for k in configs
+    }
+    ar = seconds["autoregressive"]
     records = []
-    for k in runs:
-        m = gens[k].metrics
+    for k in configs:
+        m = gens[k, 0].metrics
         rec = {
             "prompt": name,
             "method": k,
-            "seconds": statistics.median(times[k]),
-            "speedup": ar / statistics.median(times[k]),
+            "seconds": seconds[k] * configs[k][0].max_new_tokens,
+            "speedup": ar / seconds[k],
+            "copies": [ar / statistics.median(per_token[k, j]) for j in range(copies)],
             "block_efficiency": m.block_efficiency,
             "width_steps": m.width_steps,
-            "same_as_autoregressive": gens[k].tokens == gens["autoregressive"].tokens,
+            "copy_width_steps": [gens[k, j].metrics.width_steps for j in range(copies)],
+            "same_as_autoregressive": gens[k, 0].tokens == gens["autoregressive", 0].tokens,
         }
         records.append(rec)
+        low, high = min(rec["copies"]), max(rec["copies"])
+        spread = "" if copies == 1 else f" (copies {low:.2f}-{high:.2f})"
+        taken = m.width_steps if copies == 1 else rec["copy_width_steps"]
         benchlib.log(
-            f"{name} {k}: x{rec['speedup']:.2f}, block efficiency {rec['block_efficiency']:.2f}, "
-            f"steps per width {m.width_steps}"
+            f"{name} {k}: x{rec['speedup']:.2f}{spread}, block efficiency "
+            f"{rec['block_efficiency']:.2f}, steps per width {taken}"
         )
     return records
 
 
 def shakespeare_table(n: int) -> list[dict]:
-    """The committed Shakespeare pair (configs/shakespeare.py, L = 4) at T = 0 and T = 1."""
+    """The committed Shakespeare pair (configs/shakespeare.py, L = 4) at T = 0 and T = 1, each
+    configuration compiled ``--shakespeare_copies`` times (see :func:`interleaved`)."""
     shipped = load_pair("shakespeare")
     target, draft, tok = shipped.target, shipped.draft, shipped.tokenizer
     records = []
@@ -129,7 +156,7 @@ def shakespeare_table(n: int) -> list[dict]:
         }
         for prompt in ("ROMEO:\n", "JULIET:\n", "First Citizen:\n"):
             name = f"T={temp:g} {prompt.strip()}"
-            rows = interleaved(name, tok.encode(prompt), target, configs)
+            rows = interleaved(name, tok.encode(prompt), target, configs, _COPIES.value)
             records += [r | {"temperature": temp} for r in rows]
     return records
 

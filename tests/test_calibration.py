@@ -4,10 +4,13 @@ something, kept across calls of a program when one generation is too short to me
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax import sampling
 from specjax.decode import DecodeConfig, generate
+from specjax.decode import widths as W
 from specjax.decode.buckets import DEFAULT
 from specjax.decode.seams import PROGRAMS, Run
 from specjax.drafters import ModelDrafter
@@ -22,9 +25,9 @@ def test_random_widths_sample_repeats_whatever_the_timing(models):  # noqa: F811
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, 12, widths=(0, 1, 3), width_policy="random")
-    PROGRAMS.costs.clear()
+    PROGRAMS.calibrations.clear()
     first = generate(target, PROMPTS, cfg, drafter, seed=6)
-    assert not PROGRAMS.costs, PROGRAMS.costs  # nothing measured
+    assert not PROGRAMS.calibrations, PROGRAMS.calibrations  # nothing measured
     again = generate(target, PROMPTS, cfg, drafter, seed=6)
     assert again.tokens == first.tokens
     assert again.metrics.width_steps == first.metrics.width_steps
@@ -38,14 +41,57 @@ def test_a_short_generation_keeps_its_calibration_for_the_next_call(models, auto
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, 10, widths=(0, 3))
     run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
-    PROGRAMS.costs.pop(run.key, None)
-    PROGRAMS.estimates.pop(run.key, None)
+    run.forget_calibration()
     partial = []
     for _ in range(40):
         out = generate(target, PROMPTS, cfg, drafter)
         assert out.tokens == [row[:10] for row in autoregressive]
         if run.calibrated:
             break
-        partial.append(PROGRAMS.estimates.get(run.key))
+        partial.append(run.calibration().seconds)
     assert run.calibrated and partial and any(partial), partial
     assert run.costs[0] == 1.0 and np.all(run.costs[1:] >= 1.0)
+    assert run.switch >= 0.0 and np.all((run.prior > 0.0) & (run.prior < 1.0)), run.prior
+
+
+def test_calibration_counts_what_the_forced_drafts_reached_and_pairs_its_rounds():
+    """The prior counts position i as reached where i - 1 was accepted (and i proposed); the
+    costs divide each round's estimate by width 0's of the same round, so a machine that ran
+    twice as slow for one round (both widths) leaves the ratio alone."""
+    from types import SimpleNamespace
+
+    from specjax.decode.calibration import Calibration
+
+    def stats(accepted, proposed):
+        return SimpleNamespace(
+            position_accepted=np.asarray(accepted), position_proposed=np.asarray(proposed)
+        )
+
+    record = Calibration.empty(2, 3)
+    before = stats([[0, 0, 0], [0, 0, 0]], [[0, 0, 0], [0, 0, 0]])
+    # Row 0: two steps at width 3 accepting 3 and 1 tokens; row 1: one accepting 0.
+    after = stats([[2, 1, 1], [0, 0, 0]], [[2, 2, 2], [1, 1, 1]])
+    record.count(before, after)
+    np.testing.assert_array_equal(record.accepted, [2, 1, 1])
+    np.testing.assert_array_equal(record.reached, [3, 2, 1])
+    expected = [(2 + 2 * 0.5) / 5, (1 + 2 * 0.35) / 4, (1 + 2 * 0.35) / 3]
+    np.testing.assert_allclose(record.prior, expected, rtol=1e-6)
+    record.seconds = [[1.0, 2.0, 1.0], [3.0, 6.0, 3.3]]  # round 2 ran twice as slow
+    np.testing.assert_allclose(record.costs, [1.0, 3.0], rtol=1e-6)
+    record.seconds = [[1.0], [0.9]]  # noise: drafting cheaper than one token is not believed
+    assert record.costs is None
+
+
+def test_a_row_starts_from_the_pairs_prior():
+    """A row's estimates start from the policy's prior (a calibrated pair's acceptance) until
+    observed: a pair known to draft well drafts from its first step, one known to draft badly
+    does not, and an observed position keeps its own estimate."""
+    widths, active, hint = (0, 2, 4), jnp.ones((3,), bool), jnp.full((3,), 4, jnp.int32)
+    fresh = W.WidthControl.init(3, 4, widths, jax.random.key(0))
+    prior = lambda p: W.Policy(jnp.asarray([1.0, 1.2, 1.5]), jnp.int32(W.AUTO), jnp.full((4,), p))
+    assert int(W.choose(fresh, prior(0.9), hint, active, widths)[0]) == 2
+    assert int(W.choose(fresh, prior(0.1), hint, active, widths)[0]) == 0
+    good = {**fresh.__dict__, "accept": jnp.full((3, 4), 0.9), "seen": jnp.ones((3, 4), jnp.int32)}
+    assert int(W.choose(fresh.__class__(**good), prior(0.1), hint, active, widths)[0]) == 2
+    counts = W.prior_from_counts(np.asarray([90, 0]), np.asarray([100, 0]))
+    np.testing.assert_allclose(counts, [(90 + 2 * W.PRIOR) / 102, W.PRIOR_LATER], rtol=1e-6)

@@ -87,7 +87,7 @@ def choose_width(
     else:
         stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
         can_probe = width_control.could_pay(policy.costs, config.widths)  # else: 0 for good
-        probe_due = (control.idle + 1 >= control.probe_after) & can_probe
+        probe_due = (control.idle + 1 >= control.wait) & can_probe
         due = (control.last != 0) | probe_due | (policy.force != width_control.AUTO)
         index, control = jax.lax.cond(due, choose, stay, control)
     kept = jnp.where(policy.force < 0, index, -1).astype(jnp.int32)  # forcing decides afresh
@@ -121,7 +121,7 @@ def idle_quota(control: width_control.WidthControl, policy: width_control.Policy
     the automatic policy runs it), the run lasts to the end; under the random policy every step
     draws."""
     unbounded = jnp.iinfo(jnp.int32).max
-    quota = jnp.maximum(control.probe_after - control.idle, 1)
+    quota = jnp.maximum(control.wait - control.idle, 1)
     quota = jnp.where(width_control.could_pay(policy.costs, control.widths), quota, unbounded)
     forced = jnp.where(policy.force >= 0, unbounded, 1)
     return jnp.where(policy.force == width_control.AUTO, quota, forced).astype(jnp.int32)

@@ -20,8 +20,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
-from specjax.decode import widths
+from specjax.decode import calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
+from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import PreparedBatch, check_seed, prepare
 from specjax.decode.metrics import Metrics, Timing
@@ -32,12 +33,6 @@ from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
-
-CALIBRATION_SECONDS, CALIBRATION_STEPS, CALIBRATION_REPEATS = 0.02, (3, 32), 5
-"""How long :meth:`Run.calibrate`'s long call at width 0 should run, the bounds of the steps it
-runs beyond the one-step call, and the estimates per width (median) when a one-step call takes
-less than ``CALIBRATION_SECONDS`` (a sub-millisecond step needs many steps and estimates to rise
-above a call's own cost and the noise; a 25 ms one gets three steps, once)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,16 +84,6 @@ def outputs(state: DecodeState, rows: int | None = None) -> list[list[int]]:
 def _counters(state: DecodeState) -> DecodeState:
     """The state without its caches (what metrics and outputs read)."""
     return jax.device_get(state.replace(target_cache=None, draft_state=None))
-
-
-def _costs_from(per_step: list[list[float]] | None) -> np.ndarray | None:
-    """Relative width costs from the median of each width's estimates of seconds per step;
-    None without an estimate for every width, or if noise made a drafting step look cheaper
-    than a one-token step."""
-    if not per_step or not all(per_step):
-        return None
-    costs = widths.costs_from_timings([np.median(t) for t in per_step])
-    return costs if np.all(costs[1:] >= 1.0) else None
 
 
 class Run:
@@ -154,29 +139,55 @@ class Run:
         """Runs prefill."""
         return self.prefill(*self.args)
 
+    def calibration(self, create: bool = False) -> Calibration | None:
+        """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
+        unless ``create``)."""
+        if create and self.key not in PROGRAMS.calibrations:
+            record = Calibration.empty(len(self.config.widths), self.drafter.draft_len)
+            PROGRAMS.calibrations[self.key] = record
+        return PROGRAMS.calibrations.get(self.key)
+
+    def forget_calibration(self) -> None:
+        """Drops this program's measurements (the next call measures again)."""
+        PROGRAMS.calibrations.pop(self.key, None)
+
     @property
     def costs(self) -> np.ndarray:
-        """The width costs the controller uses: given, measured (:meth:`calibrate`), the
-        estimates so far of a calibration that a short generation cut off, or guessed."""
+        """The width costs the controller uses: given, measured (:meth:`calibrate`; the
+        estimates so far while a short generation cut the measurement off), or guessed."""
         if self.config.width_costs:
             return np.asarray(self.config.width_costs, np.float32)
-        known = PROGRAMS.costs.get(self.key)
-        if known is not None:
-            return known
-        partial = _costs_from(PROGRAMS.estimates.get(self.key))
-        if partial is not None:
-            return partial
+        record = self.calibration()
+        if record is not None and record.costs is not None:
+            return record.costs
         return widths.guess_costs(self.config.widths, self.drafter.num_paths)
 
     @property
+    def prior(self) -> np.ndarray:
+        """``[L]`` the acceptance a row's estimates start from: the pair's, measured with the
+        costs, or :func:`~specjax.decode.widths.default_prior` where costs are given."""
+        record = None if self.config.width_costs else self.calibration()
+        if record is None:
+            return widths.default_prior(self.drafter.draft_len)
+        return record.prior
+
+    @property
+    def switch(self) -> float:
+        """What a probe costs beyond its step, in width-0 steps (measured with the costs; 0
+        where costs are given)."""
+        record = None if self.config.width_costs else self.calibration()
+        return 0.0 if record is None else record.switch_cost
+
+    @property
     def calibrated(self) -> bool:
-        """Whether the controller's costs are settled: given, measured to the end, or not read
-        (no widths, or a forced or random policy)."""
+        """Whether the controller's costs and prior are settled: given, measured to the end, or
+        not read (no widths, or a forced or random policy)."""
+        record = self.calibration()
         return (
             not self.config.widths
             or bool(self.config.width_costs)
             or self.config.force_width != widths.AUTO
-            or self.key in PROGRAMS.costs
+            or (record is not None and record.done)
         )
 
     def decode(
@@ -202,13 +213,13 @@ class Run:
         return state
 
     def _policy(self, force: int) -> widths.Policy:
-        """The controller's inputs on device, kept per (costs, force): a streamed step should not
-        pay two host-to-device copies."""
-        costs = self.costs
-        key = (costs.tobytes(), force)
+        """The controller's inputs on device, kept per (costs, prior, force): a streamed step
+        should not pay three host-to-device copies."""
+        costs, prior, switch = self.costs, self.prior, np.float32(self.switch)
+        key = (costs.tobytes(), prior.tobytes(), float(switch), force)
         if key not in self._policies:
             self._policies[key] = widths.Policy(
-                self.put_scalar(costs), self.put_scalar(np.int32(force))
+                *map(self.put_scalar, (costs, np.int32(force), prior, switch))
             )
         return self._policies[key]
 
@@ -225,60 +236,13 @@ class Run:
         return int(np.sum(jax.device_get(taken))) if taken else 0
 
     def calibrate(self, state: DecodeState) -> DecodeState:
-        """Measures the cost of a step at each width on this program, once per program: real
-        decoding steps forced at each width (their tokens are kept: every width is an exact
-        step), timed. One estimate of a width's cost is the time of a call of 1 + n steps less
-        that of a one-step call, per extra step, so the cost of a call itself (dispatch and
-        reading the counters: as much as a sub-millisecond step) cancels. n and the number of
-        estimates (their median is kept) are sized from a warm one-step width-0 call
-        (``CALIBRATION_SECONDS``, ``CALIBRATION_STEPS``, ``CALIBRATION_REPEATS``), so cheap
-        steps get more of both.
-
-        A generation too short for every estimate (its rows finish first) keeps the estimates
-        it made for the program: until the next call of the same program makes the rest, the
-        controller uses their medians (not the guess, which can be far off for a small model).
-
-        Only the automatic policy reads the costs; under a forced or random one nothing is
-        measured, so its steps (and, at temperature > 0, the sample a seed gives) do not depend
-        on how long a step took."""
+        """Measures the width costs and the pair's acceptance on this program, once per program
+        (:func:`specjax.decode.calibration.calibrate`), unless they are settled or unread
+        (:attr:`calibrated`): a forced or random policy measures nothing, so its steps (and, at
+        temperature > 0, the sample a seed gives) do not depend on how long a step took."""
         if self.calibrated:
             return state
-        n_widths = len(self.config.widths)
-        for i in range(n_widths):  # untimed: a width's first run is slower (10 ms, not 2)
-            state = self.decode(state, 1, force=i)
-        jax.device_get(state.lengths)
-        first = time.perf_counter()
-        state = self.decode(state, 1, force=0)
-        jax.device_get(state.lengths)
-        first = max(time.perf_counter() - first, 1e-6)
-        cheap = first < CALIBRATION_SECONDS  # a call's cost and noise weigh: repeat
-        low, high = CALIBRATION_STEPS
-        extra = int(np.clip(np.ceil(CALIBRATION_SECONDS / first), low, high))
-        repeats = CALIBRATION_REPEATS if cheap else 1
-        per_step = PROGRAMS.estimates.setdefault(self.key, [[] for _ in range(n_widths)])
-        for _ in range(2 * repeats):  # (a timing swamped by noise gives no estimate)
-            if min(map(len, per_step)) >= repeats:
-                break
-            for i in sorted(range(n_widths), key=lambda i: len(per_step[i])):  # fewest first
-                timed = []
-                for n in (1, 1 + extra):
-                    before = jax.device_get(state.control.steps)[i]
-                    start = time.perf_counter()
-                    state = self.decode(state, n, force=i)
-                    taken, done = jax.device_get((state.control.steps, state.done))
-                    timed.append((time.perf_counter() - start, taken[i] - before))
-                    if np.all(done):
-                        break  # (a long call cut short still gives an estimate)
-                if len(timed) == 2:
-                    (short, n_short), (long, n_long) = timed
-                    if n_long > n_short and long > short:
-                        per_step[i].append((long - short) / (n_long - n_short))
-                if np.all(done):
-                    return state  # (the estimates so far are kept for the next call)
-        costs = _costs_from(PROGRAMS.estimates.pop(self.key))
-        if costs is not None:
-            PROGRAMS.costs[self.key] = costs  # (else noise won: measure again next call)
-        return state
+        return calibration.calibrate(self, state)
 
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)

@@ -224,8 +224,7 @@ class _Programs:
     def __init__(self, capacity: int = 32):
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
-        self.costs: dict = {}  # measured width costs per program key (calibrate)
-        self.estimates: dict = {}  # per key, per width: the estimates so far (calibrate)
+        self.calibrations: dict = {}  # per program key: its Calibration (width costs, prior)
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
@@ -234,8 +233,7 @@ class _Programs:
         pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
         self.compiled += 2 * built
         if built:
-            self.costs.pop(key, None)
-            self.estimates.pop(key, None)
+            self.calibrations.pop(key, None)
         return (*pair, key)
 
     @staticmethod
@@ -245,7 +243,7 @@ class _Programs:
         state = jax.eval_shape(prefill, *args)
         check_fits(state, mesh, state.tokens.shape[0], sizes["capacity"])
         steps = jax.ShapeDtypeStruct((), np.int32)
-        policy = _policy_shape(config, None)
+        policy = _policy_shape(config, None, state)
         if mesh is None:
             prefill_jit, decode_jit = jax.jit(prefill), jax.jit(decode, donate_argnums=(2,))
         else:
@@ -255,7 +253,7 @@ class _Programs:
             )
             replicated = NamedSharding(mesh, PartitionSpec())
             steps = jax.ShapeDtypeStruct((), np.int32, sharding=replicated)
-            policy = _policy_shape(config, replicated)
+            policy = _policy_shape(config, replicated, state)
             shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
             prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
             decode_args = (args[0], args[1], state, steps, steps, policy)
@@ -302,8 +300,7 @@ class _Programs:
     def clear(self) -> None:
         """Drops every kept program."""
         self.kept.clear()
-        self.costs.clear()
-        self.estimates.clear()
+        self.calibrations.clear()
 
 
 def _compile_grow(args, mesh):
@@ -332,12 +329,18 @@ def _compile_insert(args, sizes, config, mesh):
     return jitted.lower(*args).compile()
 
 
-def _policy_shape(config: DecodeConfig, sharding) -> widths.Policy | None:
+def _policy_shape(config: DecodeConfig, sharding, state) -> widths.Policy | None:
     """The abstract :class:`~specjax.decode.widths.Policy` argument (None without widths)."""
     if not config.widths:
         return None
     shape = lambda s, d: jax.ShapeDtypeStruct(s, d, sharding=sharding)
-    return widths.Policy(shape((len(config.widths),), np.float32), shape((), np.int32))
+    draft_len = state.control.accept.shape[1]
+    return widths.Policy(
+        shape((len(config.widths),), np.float32),
+        shape((), np.int32),
+        shape((draft_len,), np.float32),
+        shape((), np.float32),
+    )
 
 
 PROGRAMS = _Programs()

@@ -14,18 +14,20 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
   from the verdicts of *earlier* steps;
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
-* the cost of a width-w step relative to a one-token step, ``costs [W]`` — measured on the
-  compiled program itself by :func:`specjax.decode.loop.generate` (``Run.calibrate``), or
-  :func:`guess_costs` until then.
+* the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
+  costs beyond its step (``switch``) and the pair's acceptance as a row's prior (``prior [L]``),
+  measured on the compiled program itself (:mod:`specjax.decode.calibration`), or
+  :func:`guess_costs` and :func:`default_prior` until then.
 
 It maximises the batch's expected goodput ``sum_b (1 + E_b[accepted | w]) / costs[w]`` with
 ``E_b[accepted | w] = sum_{j <= min(w, hint_b)} prod_{i <= j} accept[b, i]``. After
 ``PROBE`` steps at width 0 it tries the smallest non-zero width once, so a draft whose acceptance
-recovers is noticed; the wait doubles after each probe that does not pay, drafters whose
-first proposal is checked for free at width 0 (n-gram lookup) need no probes, and none is made
-where even a fully accepted draft would not pay for its step (:func:`could_pay`). The choice is one
-scalar for the whole batch (a reduction over rows), so under a mesh every device takes the same
-branch.
+recovers is noticed; the wait doubles after each probe until the estimates choose to draft, and
+is at least long enough for the probe's expected loss to be :data:`EXPLORE` of it. Drafters
+whose first proposal is checked for free at width 0 (n-gram lookup) need no probes, and none is
+made where even a fully accepted draft would not pay for its step (:func:`could_pay`). The
+choice is one scalar for the whole batch (a reduction over rows), so under a mesh every device
+takes the same branch.
 
 Exactness does not depend on the controller: each width is an exact step of its own and the
 width is fixed before that step runs, so the output law is the target's whatever the widths. A
@@ -54,7 +56,13 @@ RATE = 0.25
 
 PROBE, PROBE_MAX = 8, 128
 """Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
-each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again."""
+each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again (a
+probe also waits for :data:`EXPLORE`)."""
+
+EXPLORE = 0.01
+"""The share of width-0 time probes may lose: a probe waits until its expected loss (its step's
+cost and :attr:`Policy.switch` beyond the tokens the estimates expect of it) is at most this
+share of the width-0 steps since the last one."""
 
 MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
@@ -77,13 +85,12 @@ class WidthControl:
       seen: int32 ``[B, L]`` observations behind each estimate (the first few weigh more:
         the prior is one pseudo-observation, so a good draft is believed after a few probes).
       idle: int32 ``[]`` consecutive width-0 steps.
-      probe_after: int32 ``[]`` width-0 steps before the next probe.
+      probe_after: int32 ``[]`` width-0 steps before the next probe (doubling after each).
+      wait: int32 ``[]`` width-0 steps before the next probe, at least ``probe_after`` and long
+        enough for :data:`EXPLORE` to pay for the probe (set by :func:`choose`).
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
       steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
-      gain: float32 ``[]`` the latest step's accepted draft tokens, mean over active rows: a
-        probe that beat width 0 by :data:`MARGIN` (``(1 + gain) / costs[last]``) is repeated
-        soon.
       first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
         is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
       next: int32 ``[]`` the index of the width the next step takes, chosen after the latest
@@ -96,10 +103,10 @@ class WidthControl:
     seen: Array
     idle: Array
     probe_after: Array
+    wait: Array
     key: PRNGKey
     steps: Array
     last: Array
-    gain: Array
     first: Array
     next: Array
     widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
@@ -114,10 +121,10 @@ class WidthControl:
             seen=jnp.zeros((batch, draft_len), jnp.int32),
             idle=jnp.int32(0),
             probe_after=jnp.int32(PROBE),
+            wait=jnp.int32(PROBE),
             key=key,
             steps=jnp.zeros((len(widths),), jnp.int32),
             last=jnp.int32(-1),
-            gain=jnp.float32(0.0),
             first=jnp.full((batch,), -1, jnp.int32),
             next=jnp.int32(-1),
             widths=tuple(widths),
@@ -133,10 +140,32 @@ class Policy:
       costs: float32 ``[W]`` cost of a step at each width relative to width 0's.
       force: int32 ``[]``: :data:`AUTO`, :data:`RANDOM`, or the index of the width every step
         uses (calibration, experiments).
+      prior: float32 ``[L]`` a row's acceptance estimates before its first observation at each
+        draft position (:func:`default_prior` when None; ``Run.calibrate`` measures the pair's
+        own while it measures the costs).
+      switch: float32 ``[]`` what a step at ``widths[1]`` right after width-0 steps costs
+        beyond its step, in width-0 steps (a model draft's catch-up; 0 when None).
     """
 
     costs: Array
     force: Array
+    prior: Array | None = None
+    switch: Array | None = None
+
+
+def default_prior(draft_len: int) -> np.ndarray:
+    """``[L]`` the acceptance estimates of a pair nothing is known about: :data:`PRIOR` for the
+    first draft position, :data:`PRIOR_LATER` for the others."""
+    return np.asarray([PRIOR] + [PRIOR_LATER] * (draft_len - 1), np.float32)
+
+
+def prior_from_counts(accepted: np.ndarray, reached: np.ndarray, weight: float = 2.0) -> np.ndarray:
+    """``[L]`` acceptance estimates from counts of draft positions accepted out of those reached
+    (proposed, every earlier position accepted), shrunk towards :func:`default_prior` as if it
+    had been seen ``weight`` times (a position reached a few times says little)."""
+    accepted, reached = np.asarray(accepted, np.float64), np.asarray(reached, np.float64)
+    prior = default_prior(len(accepted))
+    return ((accepted + weight * prior) / (reached + weight)).astype(np.float32)
 
 
 def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Array:
@@ -182,20 +211,21 @@ def choose(
         checked for free at width 0, e.g. n-gram lookup).
       random: whether ``policy.force`` may be :data:`RANDOM` (the draw is compiled in only then).
     """
+    if policy.prior is not None:  # rows not observed yet start from the pair's prior
+        accept = jnp.where(control.seen > 0, control.accept, policy.prior[None, :])
+        control = dataclasses.replace(control, accept=accept)
     gain = expected_accepted(control.accept, hint, widths)  # [B, W]
     margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
     goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0)
     goodput = goodput / (policy.costs * margin)
     best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
     can_draft = jnp.any(active & (hint > 0))
-    probing = (widths[0] == 0) & (best == 0) & (control.idle >= control.probe_after) & can_draft
+    wait = jnp.maximum(control.probe_after, _loss_wait(gain, policy, active, widths))
+    probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
     probing = probing & probe & (len(widths) > 1) & could_pay(policy.costs, widths)
     auto = jnp.where(probing, 1, best)
     after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
-    last = jnp.clip(control.last, 0, len(widths) - 1)
-    paid = (1.0 + control.gain) * policy.costs[0] >= policy.costs[last] * MARGIN
-    paid = paid & (control.last > 0)
-    after = jnp.where((best > 0) | paid, PROBE, after)  # drafting pays: probe again soon
+    after = jnp.where(best > 0, PROBE, after)  # drafting pays: probe again soon once it stops
     key, drawn = control.key, jnp.int32(0)
     if random:
         key, k_draw = jax.random.split(control.key)
@@ -205,10 +235,25 @@ def choose(
     index = jnp.clip(index, 0, len(widths) - 1)
     width = jnp.asarray(widths, jnp.int32)[index]
     idle = jnp.where(width == 0, control.idle + 1, 0)
-    after = jnp.where(policy.force == AUTO, after, control.probe_after)
+    after = jnp.where(policy.force == AUTO, after, control.probe_after).astype(jnp.int32)
+    wait = jnp.maximum(after, _loss_wait(gain, policy, active, widths))
     return index, dataclasses.replace(
-        control, idle=idle.astype(jnp.int32), probe_after=after.astype(jnp.int32), key=key
+        control, idle=idle.astype(jnp.int32), probe_after=after, wait=wait, key=key
     )
+
+
+def _loss_wait(gain: Array, policy: Policy, active: Array, widths: tuple[int, ...]) -> Array:
+    """int32 ``[]`` width-0 steps a probe at ``widths[1]`` must wait for its expected loss to be
+    at most :data:`EXPLORE` of them: the loss is its cost and :attr:`Policy.switch`, in width-0
+    steps, less the ``1 + E[accepted]`` tokens the estimates expect (``gain [B, W]``, mean
+    over active rows)."""
+    if len(widths) < 2:
+        return jnp.int32(0)
+    rows = jnp.maximum(jnp.sum(active), 1)
+    expected = jnp.sum(jnp.where(active, gain[:, 1], 0.0)) / rows
+    switch = 0.0 if policy.switch is None else policy.switch
+    loss = policy.costs[1] / policy.costs[0] + switch - (1.0 + expected)
+    return jnp.ceil(jnp.clip(loss / EXPLORE, 0.0, 1e6)).astype(jnp.int32)
 
 
 def observe(
@@ -235,13 +280,10 @@ def observe(
     accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
     counted = jnp.any(active).astype(jnp.int32)
     steps = control.steps.at[index].add(counted)
-    rows = jnp.maximum(jnp.sum(active), 1).astype(jnp.float32)
-    gain = jnp.sum(jnp.where(active, tau, 0)).astype(jnp.float32) / rows
     return dataclasses.replace(
         control,
         accept=accept,
         seen=control.seen + seen.astype(jnp.int32),
-        gain=gain,
         steps=steps,
         last=index,
     )
@@ -250,12 +292,6 @@ def observe(
 def guess_costs(widths: tuple[int, ...], num_paths: int, per_token: float = 0.1) -> np.ndarray:
     """Relative step costs before calibration: ``1 + per_token · K · w`` (a rough CPU figure)."""
     return np.asarray([1.0 + per_token * num_paths * w for w in widths], np.float32)
-
-
-def costs_from_timings(seconds_per_step: list[float]) -> np.ndarray:
-    """Relative costs from measured seconds per step at each width (width index 0 first)."""
-    t = np.asarray(seconds_per_step, np.float64)
-    return (t / t[0]).astype(np.float32)
 
 
 def check_widths(widths: tuple[int, ...], draft_len: int) -> None:

@@ -1,0 +1,168 @@
+"""What the width controller needs to know about a compiled program, measured on it.
+
+The automatic width policy (:mod:`specjax.decode.widths`) weighs each width's expected tokens
+against its cost. :func:`calibrate` measures, once per compiled program, by running real decode
+steps forced at each width (their tokens are kept: every width is an exact step):
+
+* **the cost of a step at each width** relative to a width-0 step. One estimate is the time of a
+  call of ``1 + n`` steps less that of a one-step call, per extra step, so the cost of a call
+  itself (dispatch and reading the counters: as much as a sub-millisecond step) cancels. The
+  long call must run long enough for the first steps of a call (slower than the rest) to weigh
+  little: ``n`` is sized so that a width-0 long call runs :data:`SECONDS`, from a pilot estimate
+  of a width-0 step. Sub-millisecond steps take the median of :data:`REPEATS` estimates.
+* **what a probe costs beyond its step**: a drafting step right after a run of width-0 steps
+  against one right after a drafting step (the draft catching up the tokens it missed, and the
+  change of loop), in width-0 steps (:attr:`Calibration.switch_cost`).
+* **the pair's acceptance**: per draft position, how often the forced drafting steps accepted it
+  when they reached it. It is the prior of each row's estimates (:attr:`Calibration.prior`), so
+  a pair whose drafts do not pay for their steps takes one-token steps from the start instead of
+  learning it again in every generation from probes, which cost a drafting step, the draft's
+  catch-up and a switch of widths each.
+
+A generation whose rows finish before every estimate is made keeps what it measured
+(:class:`Calibration`, kept per program in ``PROGRAMS.calibrations``); the next call of the
+program measures the rest, and meanwhile the controller uses the estimates so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from specjax.decode import widths
+
+SECONDS, STEPS, REPEATS, PILOT = 0.025, (3, 64), 7, 3
+"""How long a width-0 long call should run, the bounds of the extra steps of a long call, the
+estimates per width (median) when ``STEPS[0]`` width-0 steps take less than ``SECONDS``, and the
+extra steps of the pilot call that sizes the long calls."""
+
+
+@dataclasses.dataclass
+class Calibration:
+    """The measurements of one compiled program so far (kept across generations).
+
+    Attributes:
+      seconds: per width, the estimates of seconds per step so far.
+      accepted: ``[L]`` draft positions accepted in the forced drafting steps.
+      reached: ``[L]`` draft positions those steps reached (proposed, every earlier position
+        accepted).
+      switch: estimates of how much longer (seconds) a step at ``widths[1]`` takes right after
+        a run of width-0 steps than after one at its own width: the draft's catch-up of the
+        tokens it missed, and the change of loop (what a probe costs beyond its step).
+      pilot: the pilot estimate of a width-0 step's seconds (None: not made yet).
+      warm: whether every width has run once (a width's first run is slower: 10 ms, not 2).
+      done: whether every estimate is made (then :attr:`costs` and :attr:`prior` are settled).
+    """
+
+    seconds: list[list[float]]
+    accepted: np.ndarray
+    reached: np.ndarray
+    switch: list[float] = dataclasses.field(default_factory=list)
+    pilot: float | None = None
+    warm: bool = False
+    done: bool = False
+
+    @classmethod
+    def empty(cls, num_widths: int, draft_len: int) -> Calibration:
+        zeros = np.zeros((draft_len,), np.int64)
+        return cls([[] for _ in range(num_widths)], zeros, zeros.copy())
+
+    @property
+    def costs(self) -> np.ndarray | None:
+        """``[W]`` relative width costs: per width, the median over rounds of its estimate over
+        width 0's of the same round (measured a fraction of a second apart, so a machine that
+        slows down for a while slows both); None without an estimate for every width, or if
+        noise made a drafting step look cheaper than a one-token step."""
+        if not all(self.seconds):
+            return None
+        base = np.asarray(self.seconds[0])
+        ratio = lambda t: np.median(np.asarray(t[: len(base)]) / base[: len(t)])
+        costs = np.asarray([1.0] + [ratio(t) for t in self.seconds[1:]], np.float32)
+        return costs if np.all(costs[1:] >= 1.0) else None
+
+    @property
+    def switch_cost(self) -> float:
+        """:attr:`switch` in width-0 steps (median; 0 before any estimate)."""
+        if not self.switch or not self.seconds[0]:
+            return 0.0
+        return float(max(np.median(self.switch), 0.0) / np.median(self.seconds[0]))
+
+    @property
+    def prior(self) -> np.ndarray:
+        """``[L]`` the pair's acceptance per draft position (:func:`widths.prior_from_counts`)."""
+        return widths.prior_from_counts(self.accepted, self.reached)
+
+    def count(self, before, after) -> None:
+        """Adds the draft positions accepted and reached between two
+        :class:`~specjax.decode.state.StepStats` (host copies) of the same generation."""
+        accepted = np.sum(after.position_accepted - before.position_accepted, axis=0)
+        proposed = np.sum(after.position_proposed - before.position_proposed, axis=0)
+        # Position i > 0 is reached where i - 1 was accepted (and i proposed).
+        reached = np.minimum(proposed, np.concatenate([proposed[:1], accepted[:-1]]))
+        self.accepted = self.accepted + accepted
+        self.reached = self.reached + reached
+
+
+def calibrate(run, state):
+    """Measures ``run``'s program (a :class:`~specjax.decode.loop.Run`) on ``state`` (donated),
+    once per program, and returns the state after the steps it ran. See the module docstring."""
+    n_widths = len(run.config.widths)
+    record = run.calibration(create=True)
+    stats = jax.device_get(state.stats)
+
+    def timed(state, n: int, force: int):
+        """(state, seconds, steps taken at width ``force``, every row done) of one call."""
+        before = jax.device_get(state.control.steps)[force]
+        start = time.perf_counter()
+        state = run.decode(state, n, force=force)
+        taken, done = jax.device_get((state.control.steps, state.done))
+        return state, time.perf_counter() - start, taken[force] - before, bool(np.all(done))
+
+    def finish(state):
+        record.count(stats, jax.device_get(state.stats))
+        return state
+
+    if not record.warm:  # untimed: a width's first run is slower (10 ms, not 2)
+        for i in range(n_widths):
+            state = run.decode(state, 1, force=i)
+        record.warm = True
+    if record.pilot is None:
+        state, short, _, _ = timed(state, 1, 0)
+        state, pilot, n_pilot, done = timed(state, 1 + PILOT, 0)
+        if n_pilot > 1:  # (a call cut short by the rows finishing tells too little)
+            record.pilot = (pilot - short) / (n_pilot - 1) if pilot > short else pilot / n_pilot
+        if done:
+            return finish(state)
+    low, high = STEPS
+    per_step = max(record.pilot or 0.0, 1e-6)
+    extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
+    repeats = REPEATS if per_step * low < SECONDS else 1  # noise weighs: repeat
+    per_width = record.seconds
+    after_idle = False  # whether the latest call was a run of width-0 steps
+    for _ in range(2 * repeats):  # rounds (a timing swamped by noise gives no estimate)
+        if min(map(len, per_width)) >= repeats:
+            break
+        for i in sorted(range(n_widths), key=lambda i: len(per_width[i])):  # fewest first
+            state, short, n_short, done = timed(state, 1, i)
+            if done:
+                return finish(state)  # (the estimates so far are kept for the next call)
+            known = per_width[i]  # a long call runs about SECONDS at every width
+            n = extra if not known else int(np.clip(np.ceil(SECONDS / np.median(known)), low, high))
+            state, long, n_long, done = timed(state, 1 + n, i)
+            if n_long > n_short and long > short:  # (a long call cut short still counts)
+                per_width[i].append((long - short) / (n_long - n_short))
+            if i == 1 and after_idle and not done:  # after its own width, against after idling
+                state, again, n_again, done = timed(state, 1, i)
+                if n_short == n_again == 1:
+                    record.switch.append(short - again)
+            after_idle = i == 0
+            if done:
+                return finish(state)
+    record.done = True
+    state = finish(state)
+    if record.costs is None:  # noise won: measure again next call
+        run.forget_calibration()
+    return state

@@ -9,12 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, generate
+from specjax.decode import DecodeConfig, Stream, generate
 from specjax.decode import widths as W
 from specjax.decode.buckets import DEFAULT
 from specjax.decode.seams import PROGRAMS, Run
 from specjax.drafters import ModelDrafter
-from tests.test_widths import GREEDY, PROMPTS, autoregressive, models  # noqa: F401 (fixtures)
+from tests.test_widths import (  # noqa: F401 (fixtures)
+    GREEDY,
+    NEW_TOKENS,
+    PROMPTS,
+    autoregressive,
+    models,
+)
 
 
 def test_random_widths_sample_repeats_whatever_the_timing(models):  # noqa: F811
@@ -95,3 +101,17 @@ def test_a_row_starts_from_the_pairs_prior():
     assert int(W.choose(fresh.__class__(**good), prior(0.1), hint, active, widths)[0]) == 2
     counts = W.prior_from_counts(np.asarray([90, 0]), np.asarray([100, 0]))
     np.testing.assert_allclose(counts, [(90 + 2 * W.PRIOR) / 102, W.PRIOR_LATER], rtol=1e-6)
+
+
+def test_a_stream_shows_the_calibrations_tokens_as_they_come(models, autoregressive):  # noqa: F811
+    """Calibration runs dozens of forced steps per call; a stream yields each call's tokens as
+    it returns (``Run.calibration_calls``) instead of one burst at its end, and they are the
+    autoregressive tokens."""
+    target, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT).forget_calibration()
+    chunks = list(Stream(target, PROMPTS, cfg, drafter))
+    rows = [[t for chunk in chunks for t in chunk[b]] for b in range(len(PROMPTS))]
+    assert rows == autoregressive
+    assert len(chunks) >= 4 and max(len(c[0]) for c in chunks) < NEW_TOKENS, chunks

@@ -109,6 +109,16 @@ class Calibration:
 def calibrate(run, state):
     """Measures ``run``'s program (a :class:`~specjax.decode.loop.Run`) on ``state`` (donated),
     once per program, and returns the state after the steps it ran. See the module docstring."""
+    last = state
+    for last in calls(run, state):  # noqa: B007 (the last state is the result)
+        pass
+    return last
+
+
+def calls(run, state):
+    """:func:`calibrate` one decode call at a time: yields the state after each call (read it
+    before resuming: the next call donates it), so a stream can show the tokens as they come.
+    The measurements are complete once the generator is exhausted."""
     n_widths = len(run.config.widths)
     record = run.calibration(create=True)
     stats = jax.device_get(state.stats)
@@ -123,19 +133,22 @@ def calibrate(run, state):
 
     def finish(state):
         record.count(stats, jax.device_get(state.stats))
-        return state
 
     if not record.warm:  # untimed: a width's first run is slower (10 ms, not 2)
         for i in range(n_widths):
             state = run.decode(state, 1, force=i)
+            yield state
         record.warm = True
     if record.pilot is None:
         state, short, _, _ = timed(state, 1, 0)
+        yield state
         state, pilot, n_pilot, done = timed(state, 1 + PILOT, 0)
+        yield state
         if n_pilot > 1:  # (a call cut short by the rows finishing tells too little)
             record.pilot = (pilot - short) / (n_pilot - 1) if pilot > short else pilot / n_pilot
         if done:
-            return finish(state)
+            finish(state)
+            return
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
     extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
@@ -147,22 +160,26 @@ def calibrate(run, state):
             break
         for i in sorted(range(n_widths), key=lambda i: len(per_width[i])):  # fewest first
             state, short, n_short, done = timed(state, 1, i)
+            yield state
             if done:
-                return finish(state)  # (the estimates so far are kept for the next call)
+                finish(state)  # (the estimates so far are kept for the next call)
+                return
             known = per_width[i]  # a long call runs about SECONDS at every width
             n = extra if not known else int(np.clip(np.ceil(SECONDS / np.median(known)), low, high))
             state, long, n_long, done = timed(state, 1 + n, i)
+            yield state
             if n_long > n_short and long > short:  # (a long call cut short still counts)
                 per_width[i].append((long - short) / (n_long - n_short))
             if i == 1 and after_idle and not done:  # after its own width, against after idling
                 state, again, n_again, done = timed(state, 1, i)
+                yield state
                 if n_short == n_again == 1:
                     record.switch.append(short - again)
             after_idle = i == 0
             if done:
-                return finish(state)
+                finish(state)
+                return
     record.done = True
-    state = finish(state)
+    finish(state)
     if record.costs is None:  # noise won: measure again next call
         run.forget_calibration()
-    return state

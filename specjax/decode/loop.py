@@ -235,6 +235,12 @@ class Run:
         taken, self._steps = self._steps, []
         return int(np.sum(jax.device_get(taken))) if taken else 0
 
+    def calibration_calls(self, state: DecodeState) -> Iterator[DecodeState]:
+        """:meth:`calibrate` one decode call at a time (the state after each; read it before
+        resuming), for a stream that shows the tokens as they come."""
+        if not self.calibrated:
+            yield from calibration.calls(self, state)
+
     def calibrate(self, state: DecodeState) -> DecodeState:
         """Measures the width costs and the pair's acceptance on this program, once per program
         (:func:`specjax.decode.calibration.calibrate`), unless they are settled or unread
@@ -320,29 +326,42 @@ class Stream:
         self.widths_taken: list[int] = []  # with config.widths: each yielded step's width
 
     def __iter__(self) -> Iterator[list[list[int]]]:
-        run, rows = self._run, self._run.batch.rows
+        run = self._run
         start = time.perf_counter()
         state = run.start()
-        seen = np.asarray(run.batch.lengths).copy()
+        self._seen = np.asarray(run.batch.lengths).copy()
         first = first_tokens = None
-        widths = self._run.config.widths
         while True:
             state = run.decode(state, 1)
-            now, done, stats = jax.device_get((state.lengths, state.done, state.stats))
-            check_target(stats, range(rows))  # before any garbage is yielded
             if first is None:
-                first, first_tokens = time.perf_counter() - start, int(np.sum((now - seen)[:rows]))
-                state = run.calibrate(state)  # (adaptive widths, once per program)
-                now, done = jax.device_get((state.lengths, state.done))
-            if widths:
-                self.widths_taken.append(widths[int(jax.device_get(state.control.last))])
-            tokens = np.asarray(state.tokens) if np.any(now > seen) else None
-            yield [
-                tokens[b, seen[b] : now[b]].tolist() if tokens is not None else []
-                for b in range(rows)
-            ]
-            seen = now
-            if np.all(done):
+                now = jax.device_get(state.lengths)
+                first = time.perf_counter() - start
+                first_tokens = int(np.sum((now - self._seen)[: run.batch.rows]))
+                if not run.calibrated:  # adaptive widths, once per program: each of its
+                    yield self._new(state)  # calls' tokens as they come
+                    if not self._done:
+                        for state in run.calibration_calls(state):  # noqa: B020
+                            yield self._new(state)
+                    if self._done:
+                        break
+                    continue
+            yield self._new(state)
+            if self._done:
                 break
         seconds = time.perf_counter() - start
         self.result = run.result(state, Timing(seconds, run.compile_seconds, first, first_tokens))
+
+    def _new(self, state: DecodeState) -> list[list[int]]:
+        """Each row's ids committed since the last call (checked first: no garbage is yielded);
+        records the latest step's width and whether every row is done."""
+        rows = self._run.batch.rows
+        now, done, stats = jax.device_get((state.lengths, state.done, state.stats))
+        check_target(stats, range(rows))
+        widths = self._run.config.widths
+        if widths:
+            self.widths_taken.append(widths[int(jax.device_get(state.control.last))])
+        tokens = np.asarray(state.tokens) if np.any(now > self._seen) else None
+        seen, self._seen, self._done = self._seen, now, bool(np.all(done))
+        return [
+            tokens[b, seen[b] : now[b]].tolist() if tokens is not None else [] for b in range(rows)
+        ]

@@ -119,9 +119,19 @@ def calls(run, state):
     """:func:`calibrate` one decode call at a time: yields the state after each call (read it
     before resuming: the next call donates it), so a stream can show the tokens as they come.
     The measurements are complete once the generator is exhausted."""
-    n_widths = len(run.config.widths)
     record = run.calibration(create=True)
-    stats = jax.device_get(state.stats)
+    before, last = jax.device_get(state.stats), state
+    for last in _measure(run, record, state):
+        yield last
+    record.count(before, jax.device_get(last.stats))
+    if record.done and record.costs is None:  # noise won: measure again next call
+        run.forget_calibration()
+
+
+def _measure(run, record: Calibration, state):
+    """The timed calls of :func:`calls` (the state after each), adding to ``record``; stops
+    early, the estimates so far kept, once every row is done."""
+    n_widths = len(run.config.widths)
 
     def timed(state, n: int, force: int):
         """(state, seconds, steps taken at width ``force``, every row done) of one call."""
@@ -130,9 +140,6 @@ def calls(run, state):
         state = run.decode(state, n, force=force)
         taken, done = jax.device_get((state.control.steps, state.done))
         return state, time.perf_counter() - start, taken[force] - before, bool(np.all(done))
-
-    def finish(state):
-        record.count(stats, jax.device_get(state.stats))
 
     if not record.warm:  # untimed: a width's first run is slower (10 ms, not 2)
         for i in range(n_widths):
@@ -147,7 +154,6 @@ def calls(run, state):
         if n_pilot > 1:  # (a call cut short by the rows finishing tells too little)
             record.pilot = (pilot - short) / (n_pilot - 1) if pilot > short else pilot / n_pilot
         if done:
-            finish(state)
             return
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
@@ -162,7 +168,6 @@ def calls(run, state):
             state, short, n_short, done = timed(state, 1, i)
             yield state
             if done:
-                finish(state)  # (the estimates so far are kept for the next call)
                 return
             known = per_width[i]  # a long call runs about SECONDS at every width
             n = extra if not known else int(np.clip(np.ceil(SECONDS / np.median(known)), low, high))
@@ -177,9 +182,5 @@ def calls(run, state):
                     record.switch.append(short - again)
             after_idle = i == 0
             if done:
-                finish(state)
                 return
     record.done = True
-    finish(state)
-    if record.costs is None:  # noise won: measure again next call
-        run.forget_calibration()

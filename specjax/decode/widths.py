@@ -220,7 +220,8 @@ def choose(
     goodput = goodput / (policy.costs * margin)
     best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
     can_draft = jnp.any(active & (hint > 0))
-    wait = jnp.maximum(control.probe_after, _loss_wait(gain, policy, active, widths))
+    loss_wait = _loss_wait(gain, policy, active, widths)
+    wait = jnp.maximum(control.probe_after, loss_wait)
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
     probing = probing & probe & (len(widths) > 1) & could_pay(policy.costs, widths)
     auto = jnp.where(probing, 1, best)
@@ -236,7 +237,7 @@ def choose(
     width = jnp.asarray(widths, jnp.int32)[index]
     idle = jnp.where(width == 0, control.idle + 1, 0)
     after = jnp.where(policy.force == AUTO, after, control.probe_after).astype(jnp.int32)
-    wait = jnp.maximum(after, _loss_wait(gain, policy, active, widths))
+    wait = jnp.maximum(after, loss_wait)
     return index, dataclasses.replace(
         control, idle=idle.astype(jnp.int32), probe_after=after, wait=wait, key=key
     )

@@ -9,11 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, Stream, generate
+from specjax.decode import DecodeConfig, Stream, calibration, generate
 from specjax.decode import widths as W
 from specjax.decode.buckets import DEFAULT
+from specjax.decode.calibration import Calibration
 from specjax.decode.seams import PROGRAMS, Run
-from specjax.drafters import ModelDrafter
+from specjax.drafters import ModelDrafter, NgramDrafter
 from tests.test_widths import (  # noqa: F401 (fixtures)
     GREEDY,
     NEW_TOKENS,
@@ -66,8 +67,6 @@ def test_calibration_counts_what_the_forced_drafts_reached_and_pairs_its_rounds(
     twice as slow for one round (both widths) leaves the ratio alone."""
     from types import SimpleNamespace
 
-    from specjax.decode.calibration import Calibration
-
     def stats(accepted, proposed):
         return SimpleNamespace(
             position_accepted=np.asarray(accepted), position_proposed=np.asarray(proposed)
@@ -97,7 +96,12 @@ def test_a_row_starts_from_the_pairs_prior():
     prior = lambda p: W.Policy(jnp.asarray([1.0, 1.2, 1.5]), jnp.int32(W.AUTO), jnp.full((4,), p))
     assert int(W.choose(fresh, prior(0.9), hint, active, widths)[0]) == 2
     assert int(W.choose(fresh, prior(0.1), hint, active, widths)[0]) == 0
-    good = {**fresh.__dict__, "accept": jnp.full((3, 4), 0.9), "seen": jnp.ones((3, 4), jnp.int32)}
+    good = {
+        **fresh.__dict__,
+        "accept": jnp.full((3, 4), 0.9),
+        "level": jnp.full((3, 4), 0.9),
+        "seen": jnp.ones((3, 4), jnp.int32),
+    }
     assert int(W.choose(fresh.__class__(**good), prior(0.1), hint, active, widths)[0]) == 2
     counts = W.prior_from_counts(np.asarray([90, 0]), np.asarray([100, 0]))
     np.testing.assert_allclose(counts, [(90 + 2 * W.PRIOR) / 102, W.PRIOR_LATER], rtol=1e-6)
@@ -115,3 +119,49 @@ def test_a_stream_shows_the_calibrations_tokens_as_they_come(models, autoregress
     rows = [[t for chunk in chunks for t in chunk[b]] for b in range(len(PROMPTS))]
     assert rows == autoregressive
     assert len(chunks) >= 4 and max(len(c[0]) for c in chunks) < NEW_TOKENS, chunks
+
+
+def test_a_choice_is_clear_once_the_acceptance_errors_cannot_change_it():
+    """Calibration ends its usual rounds only when the pair's first width is the same whichever
+    way its acceptance estimates err by a standard error. Eight drafting steps of the SmolLM2
+    head (3 of 8 first tokens accepted) leave the choice open at a 1.6x drafting step; a hundred
+    times as many with the same rates settle it, as do clearly good or bad drafts."""
+    widths = (0, 3)
+
+    def record(accepted, reached, seconds=((1.0,), (1.6,))):
+        r = Calibration.empty(2, 3)
+        r.seconds = [list(s) for s in seconds]
+        r.accepted, r.reached = np.asarray(accepted), np.asarray(reached)
+        return r
+
+    assert not record([3, 2, 0], [8, 3, 2]).clear(widths)
+    assert record([300, 200, 0], [800, 300, 200]).clear(widths)  # a row's first step: width 0
+    assert record([90, 80, 70], [100, 90, 80]).clear(widths)  # drafts pay
+    assert record([2, 0, 0], [100, 2, 0]).clear(widths)  # they do not
+    assert not record([90, 80, 70], [100, 90, 80], seconds=((1.0,), ())).clear(widths)  # no cost
+
+
+def test_an_open_choice_measures_longer_for_a_drafter_without_a_free_look(models, monkeypatch):  # noqa: F811
+    """While the choice is open a model drafter's calibration runs up to MORE times its usual
+    rounds (its rows start from the prior); an n-gram drafter, steered by its free look at each
+    proposal, stops at the usual rounds."""
+    target, draft = models
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+
+    def rounds(drafter) -> tuple[int, int]:
+        """(estimates per width at the end, the usual rounds) of a fresh calibration."""
+        run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
+        run.forget_calibration()
+        for _ in range(60):
+            generate(target, PROMPTS, cfg, drafter)
+            if run.calibrated:
+                break
+        record = run.calibration()
+        fast = record.pilot * calibration.STEPS[0] < calibration.SECONDS
+        return min(map(len, record.seconds)), calibration.REPEATS if fast else 1
+
+    monkeypatch.setattr(Calibration, "clear", lambda self, widths: False)
+    measured, usual = rounds(ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY))
+    assert usual < measured <= calibration.MORE * usual, (measured, usual)
+    measured, usual = rounds(NgramDrafter(target.config.vocab_size, num_paths=1, draft_len=3))
+    assert measured == usual, (measured, usual)

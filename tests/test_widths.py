@@ -251,8 +251,9 @@ def test_controller_choices():
     hint = jnp.full((3,), 4, jnp.int32)
     costs = W.Policy(jnp.asarray([1.0, 1.15, 1.5]), jnp.int32(W.AUTO))
     control = W.WidthControl.init(3, 4, widths, jax.random.key(0))
-    good = control.__class__(**{**control.__dict__, "accept": jnp.full((3, 4), 0.9)})
-    bad = control.__class__(**{**control.__dict__, "accept": jnp.full((3, 4), 0.1)})
+    estimates = lambda p: {"accept": jnp.full((3, 4), p), "level": jnp.full((3, 4), p)}
+    good = control.__class__(**{**control.__dict__, **estimates(0.9)})
+    bad = control.__class__(**{**control.__dict__, **estimates(0.1)})
     assert int(W.choose(good, costs, hint, active, widths)[0]) == 2  # drafts pay: widest
     assert int(W.choose(bad, costs, hint, active, widths)[0]) == 0  # they do not: one token
     no_match = jnp.zeros((3,), jnp.int32)  # an n-gram drafter without a match: never draft
@@ -307,11 +308,39 @@ def test_controller_choices():
         index, after = W.choose(probed, dear, hint, active, widths)
         assert int(index) == 0 and int(after.probe_after) == 64
         # A dear probe waits until EXPLORE of the wait pays for its expected loss.
-        gain = W.expected_accepted(after.accept, hint, widths)[0, 1]
+        gain = W.expected_accepted(after.level, hint, widths)[0, 1]
         loss = 3.0 - (1.0 + float(gain))
         assert int(after.wait) == int(np.ceil(loss / W.EXPLORE)) > 64
     drafting = W.choose(good, costs, hint, active, widths)[1]
     assert int(drafting.probe_after) == W.PROBE
+
+
+def test_a_drafter_without_a_free_look_keeps_drafting_through_a_run_of_rejections():
+    """A model or feature drafter learns only by drafting, so its choice reads the slow level.
+    A row accepting about half its first tokens (a drafting step costing 1.61 one-token steps,
+    the SmolLM2 head on the CPU) keeps drafting through five rejections in a row; the fast
+    average alone, which a drafter with a free look reads, stops after two. From a level of
+    0.9 (a draft copying its target) two rejections are a change of regime: the level follows
+    the fast average at once and drafting stops."""
+    active, hint, widths = jnp.ones((1,), bool), jnp.full((1,), 3, jnp.int32), (0, 3)
+    rejected = lambda c: W.observe(c, jnp.int32(1), active, jnp.zeros((1,), jnp.int32), hint)
+
+    def choices(level, cost: float, n: int, probe: bool = True) -> list[int]:
+        control = W.WidthControl.init(1, 3, widths, jax.random.key(0))
+        settled = {"accept": jnp.asarray([level]), "level": jnp.asarray([level])}
+        control = control.__class__(**{**control.__dict__, **settled, "seen": jnp.full((1, 3), 60)})
+        policy = W.Policy(jnp.asarray([1.0, cost]), jnp.int32(W.AUTO))
+        out = []
+        for _ in range(n):
+            control = rejected(control)
+            out.append(int(W.choose(control, policy, hint, active, widths, probe=probe)[0]))
+        return out
+
+    half = [0.5, 0.55, 0.6]
+    assert choices(half, 1.61, 5) == [1] * 5
+    assert choices(half, 1.61, 5, probe=False)[:2] == [1, 0]
+    assert 0 in choices(half, 1.61, 12)  # the level sinks too, ~1/32 per rejection
+    assert choices([0.9] * 3, 3.0, 2) == [1, 0]
 
 
 @SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier

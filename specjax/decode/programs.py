@@ -54,8 +54,8 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
     if state.control is not None:  # per-row estimates over rows; the batch's scalars replicated
         replicated = NamedSharding(mesh, PartitionSpec())
         control = jax.tree.map(lambda _: replicated, state.control)
-        control = dataclasses.replace(control, accept=rows(state.control.accept))
-        fields["control"] = dataclasses.replace(control, seen=rows(state.control.seen))
+        per_row = {k: rows(getattr(state.control, k)) for k in ("accept", "seen", "level")}
+        fields["control"] = dataclasses.replace(control, **per_row)
 
     def cache_layout(tensor_parallel: bool) -> KVCache:
         kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))

@@ -11,7 +11,11 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
 
 * ``WidthControl.accept [B, L]``: per row, an exponential moving average of "draft position i was
   accepted, given that positions < i were accepted and i was proposed", updated after each step
-  from the verdicts of *earlier* steps;
+  from the verdicts of *earlier* steps. For a drafter without a free look at its proposals the
+  choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
+  started at the pair's prior, that the fast one resets when it departs from it by more than
+  its own noise (:data:`CHANGE`), so a run of rejections at the row's usual acceptance does not
+  stop a draft that pays, and a change of regime does within a few steps;
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
 * the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
@@ -54,6 +58,14 @@ earlier ones (cautious: a later position is only observed when a step reaches it
 RATE = 0.25
 """Weight of the newest observation in the moving average."""
 
+SLOW, PRIOR_WEIGHT, CHANGE = 1 / 32, 8, 2.0
+"""The level (:attr:`WidthControl.level`): weight of the newest observation, observations the
+prior counts as, and how many standard deviations of a fast average at the level's acceptance
+(``sqrt(p (1 - p) RATE / (2 - RATE))``) the fast average must depart by for the level to
+follow it at once. At acceptance 0.5 that is five rejections in a row from the level, where
+three used to stop drafting (simulated in BENCHMARKS.md: the SmolLM2 head kept 88% of fixed
+drafting's speed before and 96% after, and a drop of acceptance is followed as before)."""
+
 PROBE, PROBE_MAX = 8, 128
 """Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
 each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again (a
@@ -84,6 +96,10 @@ class WidthControl:
       accept: float32 ``[B, L]`` moving average of per-position conditional acceptance.
       seen: int32 ``[B, L]`` observations behind each estimate (the first few weigh more:
         the prior is one pseudo-observation, so a good draft is believed after a few probes).
+      level: float32 ``[B, L]`` the slow average of the same observations (:data:`SLOW`; the
+        prior weighs :data:`PRIOR_WEIGHT` observations), set to ``accept`` where the two part
+        by more than :data:`CHANGE` standard deviations; what the choice reads for a drafter
+        without a free look.
       idle: int32 ``[]`` consecutive width-0 steps.
       probe_after: int32 ``[]`` width-0 steps before the next probe (doubling after each).
       wait: int32 ``[]`` width-0 steps before the next probe, at least ``probe_after`` and long
@@ -101,6 +117,7 @@ class WidthControl:
 
     accept: Array
     seen: Array
+    level: Array
     idle: Array
     probe_after: Array
     wait: Array
@@ -116,9 +133,11 @@ class WidthControl:
         cls, batch: int, draft_len: int, widths: tuple[int, ...], key: PRNGKey
     ) -> WidthControl:
         """The controller before any step."""
+        prior = jnp.full((batch, draft_len), PRIOR_LATER, jnp.float32).at[:, 0].set(PRIOR)
         return cls(
-            accept=jnp.full((batch, draft_len), PRIOR_LATER, jnp.float32).at[:, 0].set(PRIOR),
+            accept=prior,
             seen=jnp.zeros((batch, draft_len), jnp.int32),
+            level=prior,
             idle=jnp.int32(0),
             probe_after=jnp.int32(PROBE),
             wait=jnp.int32(PROBE),
@@ -212,9 +231,12 @@ def choose(
       random: whether ``policy.force`` may be :data:`RANDOM` (the draw is compiled in only then).
     """
     if policy.prior is not None:  # rows not observed yet start from the pair's prior
-        accept = jnp.where(control.seen > 0, control.accept, policy.prior[None, :])
-        control = dataclasses.replace(control, accept=accept)
-    gain = expected_accepted(control.accept, hint, widths)  # [B, W]
+        unseen = control.seen == 0
+        accept = jnp.where(unseen, policy.prior[None, :], control.accept)
+        level = jnp.where(unseen, policy.prior[None, :], control.level)
+        control = dataclasses.replace(control, accept=accept, level=level)
+    estimate = control.level if probe else control.accept  # [B, L]
+    gain = expected_accepted(estimate, hint, widths)  # [B, W]
     margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
     goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0)
     goodput = goodput / (policy.costs * margin)
@@ -279,11 +301,17 @@ def observe(
     hit = (pos < tau[:, None]).astype(jnp.float32)
     rate = jnp.maximum(RATE, 1.0 / (control.seen + 2).astype(jnp.float32))  # [B, L]
     accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
+    slow = jnp.maximum(SLOW, 1.0 / (control.seen + 1 + PRIOR_WEIGHT).astype(jnp.float32))
+    level = jnp.where(seen, control.level + slow * (hit - control.level), control.level)
+    noise = jnp.sqrt(jnp.clip(level * (1.0 - level), 0.01, 0.25) * RATE / (2.0 - RATE))
+    changed = seen & (control.seen >= 3) & (jnp.abs(accept - level) > CHANGE * noise)
+    level = jnp.where(changed, accept, level)  # a change of regime: the level follows at once
     counted = jnp.any(active).astype(jnp.int32)
     steps = control.steps.at[index].add(counted)
     return dataclasses.replace(
         control,
         accept=accept,
+        level=level,
         seen=control.seen + seen.astype(jnp.int32),
         steps=steps,
         last=index,

@@ -1,0 +1,167 @@
+r"""Simulates the width controller (:mod:`specjax.decode.widths`) on synthetic acceptance, so
+its choices can be judged without a model or a noisy clock.
+
+  python scripts/simulate_widths.py                      # the controller as shipped
+  python scripts/simulate_widths.py --rates=0.25,0.0625  # what-if: other moving-average rates
+
+One row, a drafter without a free look at its proposals (a model draft or a learned head: it
+learns only by drafting, and probes while idle), ``widths=(0, L)``. Each scenario gives the true
+per-position acceptance (conditional on the earlier positions, possibly changing after some
+tokens), the width costs, the switch cost and the prior the calibration would hand over. Each
+step runs the jitted :func:`~specjax.decode.widths.choose` and
+:func:`~specjax.decode.widths.observe` exactly as the decode program does; a drafting step's
+accepted length is drawn from the true acceptance. Time is counted in width-0 steps (a drafting
+step costs ``costs[1]``, plus ``switch`` right after a width-0 step), so the ratios below are
+what the controller would give on a machine whose step costs are exactly those.
+
+Reported per scenario (mean over ``--seeds`` generations of ``--tokens`` tokens): tokens per
+width-0 step for the controller and for drafting at every step (``fixed``), both over
+autoregressive decoding (1.0), and the controller over the better of the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from specjax.decode import widths
+
+_SEEDS = flags.DEFINE_integer("seeds", 40, "Simulated generations per scenario.")
+_TOKENS = flags.DEFINE_integer("tokens", 200, "Tokens per simulated generation.")
+_RATES = flags.DEFINE_list("rates", [], "What-if values of widths.RATE (default: as shipped).")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown table here.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A pair as the controller sees it.
+
+    Attributes:
+      accept: the true conditional acceptance ``[L]`` after ``t`` tokens.
+      costs: ``(1, cost of a drafting step)`` in width-0 steps.
+      switch: the extra cost of a drafting step right after width-0 steps.
+      prior: ``[L]`` the acceptance calibration hands over.
+    """
+
+    accept: Callable[[int], list[float]]
+    costs: tuple[float, float]
+    switch: float
+    prior: tuple[float, ...]
+
+
+HEAD = (0.49, 0.53, 0.59)  # the SmolLM2 head at T = 0, over 770 forced drafting steps
+SCENARIOS = {
+    "head (SmolLM2, CPU costs), true prior": Scenario(lambda t: HEAD, (1.0, 1.61), 0.08, HEAD),
+    "head, one calibration round's prior": Scenario(
+        lambda t: HEAD, (1.0, 1.61), 0.08, (0.40, 0.54, 0.18)
+    ),
+    "head, a prior from ~20 drafting steps": Scenario(
+        lambda t: HEAD, (1.0, 1.61), 0.08, (0.64, 0.78, 0.59)
+    ),
+    "head's acceptance -> 0.1 after 60 tokens": Scenario(
+        lambda t: HEAD if t < 60 else [0.1] * 3, (1.0, 1.61), 0.08, HEAD
+    ),
+    "acceptance 0.8 -> 0.1 after 60 tokens, cost 1.6": Scenario(
+        lambda t: [0.8] * 3 if t < 60 else [0.1] * 3, (1.0, 1.61), 0.1, (0.8,) * 3
+    ),
+    "acceptance 0.9 -> 0.1 after 60 tokens, cost 3.2": Scenario(
+        lambda t: [0.9] * 3 if t < 60 else [0.1] * 3, (1.0, 3.2), 0.1, (0.9,) * 3
+    ),
+    "break-even: acceptance 0.85, cost 3.2": Scenario(
+        lambda t: [0.85] * 3, (1.0, 3.2), 0.1, (0.85,) * 3
+    ),
+}
+
+
+def drafted(accept: list[float], rng: np.random.Generator) -> int:
+    """Accepted tokens of one drafting step: positions accepted in order until one is not."""
+    tau = 0
+    for p in accept:
+        if rng.random() >= p:
+            break
+        tau += 1
+    return tau
+
+
+def simulate(s: Scenario, seed: int, tokens: int, step) -> tuple[float, float, int]:
+    """``(controller tokens per width-0 step, fixed-width tokens per width-0 step, drafting
+    steps)`` of one generation."""
+    l_len = len(s.prior)
+    policy = widths.Policy(
+        jnp.asarray(s.costs, jnp.float32),
+        jnp.int32(widths.AUTO),
+        jnp.asarray(s.prior, jnp.float32),
+        jnp.float32(s.switch),
+    )
+    control = widths.WidthControl.init(1, l_len, (0, l_len), jax.random.key(0))
+    rng = np.random.default_rng(seed)
+    made, spent, last, drafting = 0, 0.0, 0, 0
+    while made < tokens:
+        index, control, tau = step(control, policy, rng, s.accept(made))
+        made += 1 + tau
+        spent += 1.0 if index == 0 else s.costs[1] + (s.switch if last == 0 else 0.0)
+        drafting += index > 0
+        last = index
+    rng = np.random.default_rng(seed)
+    made_fixed, steps = 0, 0
+    while made_fixed < tokens:
+        made_fixed += 1 + drafted(s.accept(made_fixed), rng)
+        steps += 1
+    return made / spent, made_fixed / (steps * s.costs[1]), drafting
+
+
+def stepper(l_len: int):
+    """One controller step on the host: choose (jitted), draw the verdict, observe (jitted)."""
+    active, hint = jnp.ones((1,), bool), jnp.full((1,), l_len, jnp.int32)
+    choose = jax.jit(lambda c, p: widths.choose(c, p, hint, active, (0, l_len)))
+    observe = jax.jit(lambda c, i, tau, proposed: widths.observe(c, i, active, tau, proposed))
+
+    def step(control, policy, rng, accept):
+        index, control = choose(control, policy)
+        index = int(index)
+        tau = drafted(accept, rng) if index > 0 else 0
+        proposed = l_len if index > 0 else 0
+        control = observe(control, jnp.int32(index), jnp.asarray([tau]), jnp.asarray([proposed]))
+        return index, control, tau
+
+    return step
+
+
+def main(argv):
+    del argv
+    shipped = widths.RATE
+    rates = [float(r) for r in _RATES.value] or [shipped]
+    rows = []
+    for rate in rates:
+        widths.RATE = rate  # read when choose/observe are traced (a fresh stepper per rate)
+        for name, s in SCENARIOS.items():
+            step = stepper(len(s.prior))
+            runs = [simulate(s, seed, _TOKENS.value, step) for seed in range(_SEEDS.value)]
+            adaptive, fixed, drafting = (float(np.mean(x)) for x in zip(*runs, strict=True))
+            rows.append(
+                [name, f"{rate:g}", f"{adaptive:.3f}", f"{fixed:.3f}",
+                 f"{adaptive / max(fixed, 1.0):.3f}", f"{drafting:.1f}"]
+            )  # fmt: skip
+            benchlib.log(f"RATE {rate:g} {name}: {rows[-1][2:]}")
+    widths.RATE = shipped
+    header = ["scenario", "RATE", "adaptive / AR", "fixed / AR", "adaptive / best", "drafting"]
+    report = "\n".join(
+        [
+            f"# Width controller on synthetic acceptance\n\n{benchlib.command()}\n",
+            f"{_SEEDS.value} generations of {_TOKENS.value} tokens per scenario, one row, "
+            f"widths (0, L); time in width-0 steps.\n",
+            benchlib.table(header, rows, left=2),
+        ]
+    )
+    print(report)
+    benchlib.write_report(report, _OUTPUT.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

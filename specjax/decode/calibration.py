@@ -41,6 +41,7 @@ import dataclasses
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.decode import adaptive, widths
@@ -138,11 +139,10 @@ class Calibration:
 
 def _pick(accept: np.ndarray, costs: np.ndarray, widths_: tuple[int, ...]) -> int:
     """The width index :func:`widths.choose` gives a row whose estimates are ``accept [L]``
-    (no probe, the drafter able to propose L tokens), on the host."""
-    reach = np.concatenate([[0.0], np.cumsum(np.cumprod(accept))])  # [L + 1]
-    w = np.asarray(widths_)
-    goodput = (1.0 + reach[w]) / (costs * np.where(w > 0, widths.MARGIN, 1.0))
-    return int(np.argmax(goodput))
+    (no probe, the drafter able to propose L tokens)."""
+    row = jnp.asarray(accept, jnp.float32)[None, :]  # [1, L]
+    hint, active = jnp.full((1,), row.shape[1], jnp.int32), jnp.ones((1,), bool)
+    return int(widths.best_width(row, jnp.asarray(costs), hint, active, widths_)[1])
 
 
 def calibrate(run, state):
@@ -159,12 +159,13 @@ def calls(run, state):
     before resuming: the next call donates it), so a stream can show the tokens as they come.
     The measurements are complete once the generator is exhausted."""
     record = run.calibration(create=True)
-    marks = [jax.device_get(state.stats)]  # the stats up to which acceptance is counted
+    mark = [jax.device_get(state.stats)]  # the stats up to which acceptance is counted
 
     def tally(state) -> None:
         """Counts the acceptance of the steps since the last tally."""
-        marks.append(jax.device_get(state.stats))
-        record.count(marks[-2], marks[-1])
+        now = jax.device_get(state.stats)
+        record.count(mark[0], now)
+        mark[0] = now
 
     last = state
     for last in _measure(run, record, state, tally):

@@ -201,6 +201,19 @@ def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Ar
     return jnp.take_along_axis(cum, w, axis=1)
 
 
+def best_width(
+    accept: Array, costs: Array, hint: Array, active: Array, widths: tuple[int, ...]
+) -> tuple[Array, Array]:
+    """``(gain [B, W], index [])``: the expected accepted tokens per row at each width for
+    estimates ``accept [B, L]``, and the index of the width with the batch's best expected
+    goodput ``sum_b (1 + gain[b, w]) / costs[w]`` over active rows, a drafting width held to
+    :data:`MARGIN` (ties: the smaller width)."""
+    gain = expected_accepted(accept, hint, widths)  # [B, W]
+    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
+    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / (costs * margin)
+    return gain, jnp.argmax(goodput).astype(jnp.int32)
+
+
 def could_pay(costs: Array, widths: tuple[int, ...]) -> Array:
     """bool ``[]``: whether some drafting width would beat width 0 by :data:`MARGIN` if every
     draft token were accepted. If none would, a probe can only lose, so none is made."""
@@ -236,11 +249,7 @@ def choose(
         level = jnp.where(unseen, policy.prior[None, :], control.level)
         control = dataclasses.replace(control, accept=accept, level=level)
     estimate = control.level if probe else control.accept  # [B, L]
-    gain = expected_accepted(estimate, hint, widths)  # [B, W]
-    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
-    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0)
-    goodput = goodput / (policy.costs * margin)
-    best = jnp.argmax(goodput).astype(jnp.int32)  # ties: the smaller width
+    gain, best = best_width(estimate, policy.costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))
     loss_wait = _loss_wait(gain, policy, active, widths)
     wait = jnp.maximum(control.probe_after, loss_wait)

@@ -76,11 +76,14 @@ def test_calibration_counts_what_the_forced_drafts_reached_and_pairs_its_rounds(
     before = stats([[0, 0, 0], [0, 0, 0]], [[0, 0, 0], [0, 0, 0]])
     # Row 0: two steps at width 3 accepting 3 and 1 tokens; row 1: one accepting 0.
     after = stats([[2, 1, 1], [0, 0, 0]], [[2, 2, 2], [1, 1, 1]])
-    record.count(before, after)
-    np.testing.assert_array_equal(record.accepted, [2, 1, 1])
-    np.testing.assert_array_equal(record.reached, [3, 2, 1])
-    expected = [(2 + 2 * 0.5) / 5, (1 + 2 * 0.35) / 4, (1 + 2 * 0.35) / 3]
-    np.testing.assert_allclose(record.prior, expected, rtol=1e-6)
+    record.pair.count(before, after)
+    np.testing.assert_array_equal(record.pair.accepted, [2, 1, 1])
+    np.testing.assert_array_equal(record.pair.reached, [3, 2, 1])
+    expected = np.asarray([(2 + 2 * 0.5) / 5, (1 + 2 * 0.35) / 4, (1 + 2 * 0.35) / 3])
+    np.testing.assert_allclose(record.pair.prior, expected, rtol=1e-6)
+    # Three drafts say little: rows start a standard error above (optimism drafting corrects).
+    error = np.sqrt(expected * (1 - expected) / (np.asarray([3, 2, 1]) + 2))
+    np.testing.assert_allclose(record.prior, expected + error, rtol=1e-6)
     record.seconds = [[1.0, 2.0, 1.0], [3.0, 6.0, 3.3]]  # round 2 ran twice as slow
     np.testing.assert_allclose(record.costs, [1.0, 3.0], rtol=1e-6)
     record.seconds = [[1.0], [0.9]]  # noise: drafting cheaper than one token is not believed
@@ -121,24 +124,32 @@ def test_a_stream_shows_the_calibrations_tokens_as_they_come(models, autoregress
     assert len(chunks) >= 4 and max(len(c[0]) for c in chunks) < NEW_TOKENS, chunks
 
 
-def test_a_choice_is_clear_once_the_acceptance_errors_cannot_change_it():
+def test_a_choice_is_clear_once_the_acceptance_and_cost_errors_cannot_change_it():
     """Calibration ends its usual rounds only when the pair's first width is the same whichever
-    way its acceptance estimates err by a standard error. Eight drafting steps of the SmolLM2
-    head (3 of 8 first tokens accepted) leave the choice open at a 1.6x drafting step; a hundred
-    times as many with the same rates settle it, as do clearly good or bad drafts."""
+    way its acceptance estimates err by a standard error, and its costs by theirs. Eight
+    drafting steps of the SmolLM2 head (3 of 8 first tokens accepted) leave the choice open at a
+    1.6x drafting step. A hundred times as many with the same rates settle the acceptance, but
+    at 1.6x the choice then turns on a few percent of cost, within one round's noise; three
+    rounds at 1.8x settle it, as do clearly good or bad drafts after one."""
     widths = (0, 3)
 
     def record(accepted, reached, seconds=((1.0,), (1.6,))):
         r = Calibration.empty(2, 3)
         r.seconds = [list(s) for s in seconds]
-        r.accepted, r.reached = np.asarray(accepted), np.asarray(reached)
+        r.pair.accepted, r.pair.reached = np.asarray(accepted), np.asarray(reached)
         return r
 
+    many = [300, 200, 0], [800, 300, 200]
     assert not record([3, 2, 0], [8, 3, 2]).clear(widths)
-    assert record([300, 200, 0], [800, 300, 200]).clear(widths)  # a row's first step: width 0
+    assert not record(*many).clear(widths)  # the cost's error decides
+    assert record(*many, seconds=((1.0,) * 3, (1.8,) * 3)).clear(widths)  # width 0
     assert record([90, 80, 70], [100, 90, 80]).clear(widths)  # drafts pay
     assert record([2, 0, 0], [100, 2, 0]).clear(widths)  # they do not
     assert not record([90, 80, 70], [100, 90, 80], seconds=((1.0,), ())).clear(widths)  # no cost
+    one = record(*many)
+    assert one.cost_error() == calibration.COST_NOISE  # one round: the floor
+    spread = record(*many, seconds=((1.0,) * 4, (1.4, 1.6, 1.6, 1.8)))
+    np.testing.assert_allclose(spread.cost_error(), np.std([1.4, 1.6, 1.6, 1.8], ddof=1) / 1.6 / 2)
 
 
 def test_an_open_choice_measures_longer_for_a_drafter_without_a_free_look(models, monkeypatch):  # noqa: F811

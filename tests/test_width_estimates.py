@@ -34,3 +34,32 @@ def test_a_drafter_without_a_free_look_keeps_drafting_through_a_run_of_rejection
     assert choices(half, 1.61, 5, probe=False)[:2] == [1, 0]
     assert 0 in choices(half, 1.61, 12)  # the level sinks too, ~1/32 per rejection
     assert choices([0.9] * 3, 3.0, 2) == [1, 0]
+
+
+def test_a_row_below_the_pairs_prior_is_lifted_by_what_its_few_observations_leave_open(
+    monkeypatch,
+):
+    """Rows of a pair differ, and a drafter without a free look learns about one only by
+    drafting. A row whose level a few early rejections pulled to 0.35 (the SmolLM2 head's pair
+    at 0.50 / 0.47 / 0.45, a drafting step costing 1.65) still drafts: its choice lifts the
+    level by a standard error of its few observations, never above the prior. After hundreds of
+    observations the same level stops it; below a pair that is itself at 0.3 nothing is lifted;
+    and without the lift the few observations stop it too."""
+    active, hint, widths = jnp.ones((1,), bool), jnp.full((1,), 3, jnp.int32), (0, 3)
+
+    def choice(level: float, seen: list[int], prior: list[float]) -> int:
+        control = W.WidthControl.init(1, 3, widths, jax.random.key(0))
+        row = {"accept": jnp.full((1, 3), level), "level": jnp.full((1, 3), level)}
+        control = control.__class__(
+            **{**control.__dict__, **row, "seen": jnp.asarray([seen], jnp.int32)}
+        )
+        policy = W.Policy(jnp.asarray([1.0, 1.65]), jnp.int32(W.AUTO), jnp.asarray(prior))
+        return int(W.choose(control, policy, hint, active, widths)[0])
+
+    pair = [0.50, 0.47, 0.45]
+    assert choice(0.35, [4, 2, 1], pair) == 1  # lifted to about the pair: drafts
+    assert choice(0.35, [200, 100, 50], pair) == 0  # its own verdicts say no
+    assert choice(0.35, [4, 2, 1], [0.3, 0.3, 0.3]) == 0  # never above the prior
+    assert choice(0.6, [4, 2, 1], pair) == 1  # above the prior: its own level
+    monkeypatch.setattr(W, "BONUS", 0.0)
+    assert choice(0.35, [4, 2, 1], pair) == 0

@@ -17,18 +17,25 @@ steps forced at each width (their tokens are kept: every width is an exact step)
   when they reached it. It is the prior of each row's estimates (:attr:`Calibration.prior`), so
   a pair whose drafts do not pay for their steps takes one-token steps from the start instead of
   learning it again in every generation from probes, which cost a drafting step, the draft's
-  catch-up and a switch of widths each.
+  catch-up and a switch of widths each. Acceptance is the pair's, not the program's: the
+  programs of one pair (prompt buckets, batch sizes) pool their counts
+  (:mod:`specjax.decode.acceptance`), and for a drafter without a free look every
+  :func:`~specjax.decode.loop.generate` and ``Stream`` of the pair adds its drafting steps too
+  (``Run.learn``). A program calibrated later
+  starts from all of that. A calibrated program fixes its prior once the pair's acceptance is
+  known well (:attr:`Calibration.settled`); from then on its repeated calls with one seed agree.
 
-The usual rounds (:data:`REPEATS` for sub-millisecond steps, else one) end the measurement when
+The usual rounds (:data:`REPEATS` for sub-millisecond steps, else one, or :data:`SLOW_REPEATS`
+for a drafter without a free look at its proposals) end the measurement when
 the choice it leads to is clear (:meth:`Calibration.clear`): the same first width whichever way
-the acceptance estimates err by a standard error. Otherwise, for a drafter without a free look
-at its proposals, it goes on for up to :data:`MORE` times as many rounds: such a drafter's rows
-start from the prior and decide on a slow level that the prior weighs in for several
-observations (:data:`~specjax.decode.widths.PRIOR_WEIGHT`). Measuring longer costs little
-exactly then: a choice that close means both widths give about the same tokens per second, and
-every forced step is an exact step whose tokens are kept. (One round gave the SmolLM2 head,
-whose 45 ms drafting steps pay by about 10% on the CPU, about six drafting steps and a prior of
-0.40 / 0.54 / 0.18 against 0.49 / 0.53 / 0.59 over 770 steps.)
+the acceptance estimates err by a standard error, and the costs by theirs. Otherwise, for a
+drafter without a free look at its proposals, it goes on for up to :data:`MORE` times as many
+rounds: such a drafter's rows start from the prior and decide on a slow level that the prior
+weighs in for several observations (:data:`~specjax.decode.widths.PRIOR_WEIGHT`). Measuring
+longer costs little exactly then: a choice that close means both widths give about the same
+tokens per second, and every forced step is an exact step whose tokens are kept. (One round
+gave the SmolLM2 head, whose 45 ms drafting steps pay by about 10% on the CPU, about six
+drafting steps and a prior of 0.40 / 0.54 / 0.18 against 0.49 / 0.53 / 0.59 over 770 steps.)
 
 A generation whose rows finish before every estimate is made keeps what it measured
 (:class:`Calibration`, kept per program in ``PROGRAMS.calibrations``); the next call of the
@@ -45,18 +52,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decode import adaptive, widths
+from specjax.decode.acceptance import PRIOR_COUNT, Acceptance
 
 SECONDS, STEPS, REPEATS, PILOT = 0.025, (3, 64), 7, 3
 """How long a width-0 long call should run, the bounds of the extra steps of a long call, the
 estimates per width (median) when ``STEPS[0]`` width-0 steps take less than ``SECONDS``, and the
 extra steps of the pilot call that sizes the long calls."""
 
+SLOW_REPEATS = 3
+"""The usual rounds when steps are not sub-millisecond, for a drafter without a free look at its
+proposals: its rows decide from the costs and the prior at their first step, and the median of
+one round is one round (on the 2-core VM one round put the SmolLM2 head's width-3 cost at 2.09
+where it is about 1.6, and the rows of that prompt bucket then took one-token steps)."""
+
 MORE = 3
 """Up to this many times the usual rounds while the choice is not clear
 (:meth:`Calibration.clear`)."""
 
-PRIOR_COUNT = 2.0
-"""How many observations the default prior counts as in :attr:`Calibration.prior`."""
+COST_NOISE = 0.06
+"""The least relative spread :meth:`Calibration.cost_error` assumes of one round's cost
+estimate: on this project's 2-core VM one round of the SmolLM2 head's width-3 cost ranged
+1.29-1.73 around a steady 1.57 (a spread of about 6-7%)."""
 
 
 @dataclasses.dataclass
@@ -65,29 +81,31 @@ class Calibration:
 
     Attributes:
       seconds: per width, the estimates of seconds per step so far.
-      accepted: ``[L]`` draft positions accepted in the forced drafting steps.
-      reached: ``[L]`` draft positions those steps reached (proposed, every earlier position
-        accepted).
+      pair: the pair's acceptance counts, shared with its other programs (:class:`Acceptance`).
       switch: estimates of how much longer (seconds) a step at ``widths[1]`` takes right after
         a run of width-0 steps than after one at its own width: the draft's catch-up of the
         tokens it missed, and the change of loop (what a probe costs beyond its step).
       pilot: the pilot estimate of a width-0 step's seconds (None: not made yet).
       warm: whether every width has run once (a width's first run is slower: 10 ms, not 2).
       done: whether every estimate is made (then :attr:`costs` and :attr:`prior` are settled).
+      settled: the prior, fixed at the first read once :attr:`done` and the pair's acceptance
+        is known (:attr:`Acceptance.known`; None before): the pair's counts keep growing, but
+        a settled program's controller stays as it is, so repeated calls with one seed take the
+        same widths.
     """
 
     seconds: list[list[float]]
-    accepted: np.ndarray
-    reached: np.ndarray
+    pair: Acceptance
     switch: list[float] = dataclasses.field(default_factory=list)
     pilot: float | None = None
     warm: bool = False
     done: bool = False
+    settled: np.ndarray | None = None
 
     @classmethod
-    def empty(cls, num_widths: int, draft_len: int) -> Calibration:
-        zeros = np.zeros((draft_len,), np.int64)
-        return cls([[] for _ in range(num_widths)], zeros, zeros.copy())
+    def empty(cls, num_widths: int, draft_len: int, pair: Acceptance | None = None) -> Calibration:
+        pair = Acceptance.empty(draft_len) if pair is None else pair
+        return cls([[] for _ in range(num_widths)], pair)
 
     @property
     def costs(self) -> np.ndarray | None:
@@ -95,23 +113,47 @@ class Calibration:
         width 0's of the same round (measured a fraction of a second apart, so a machine that
         slows down for a while slows both); None without an estimate for every width, or if
         noise made a drafting step look cheaper than a one-token step."""
+        ratios = self._ratios()
+        if ratios is None:
+            return None
+        costs = np.asarray([1.0] + [np.median(r) for r in ratios], np.float32)
+        return costs if np.all(costs[1:] >= 1.0) else None
+
+    def _ratios(self) -> list[np.ndarray] | None:
+        """Per drafting width, its per-round estimates over width 0's (None: a width has none)."""
         if not all(self.seconds):
             return None
         base = np.asarray(self.seconds[0])
-        ratio = lambda t: np.median(np.asarray(t[: len(base)]) / base[: len(t)])
-        costs = np.asarray([1.0] + [ratio(t) for t in self.seconds[1:]], np.float32)
-        return costs if np.all(costs[1:] >= 1.0) else None
+        return [np.asarray(t[: len(base)]) / base[: len(t)] for t in self.seconds[1:]]
+
+    def cost_error(self) -> float:
+        """The relative standard error of the drafting widths' costs: the spread of their
+        per-round ratios (at least :data:`COST_NOISE`, what one round varies by on a quiet
+        machine) over the square root of the rounds."""
+        ratios = self._ratios()
+        if not ratios:
+            return 0.0
+        spread = max(
+            [COST_NOISE] + [float(np.std(r, ddof=1) / np.median(r)) for r in ratios if len(r) > 1]
+        )
+        return spread / np.sqrt(min(map(len, ratios)))
 
     def clear(self, widths_: tuple[int, ...]) -> bool:
         """Whether the estimates so far give a row's first step the same width whichever way
-        the acceptance estimates err: all one binomial standard error lower, or all one higher
-        (the costs taken as measured)."""
+        they err by a standard error: the acceptance estimates all lower or all higher by a
+        binomial one, the drafting widths' costs all lower or all higher by
+        :meth:`cost_error`."""
         costs = self.costs
         if costs is None:
             return False
-        prior = self.prior.astype(np.float64)
-        error = np.sqrt(prior * (1.0 - prior) / (self.reached + PRIOR_COUNT))  # [L]
-        picks = {_pick(np.clip(prior + s * error, 0.0, 1.0), costs, widths_) for s in (-1, 1)}
+        prior = self.pair.prior.astype(np.float64)
+        error = np.sqrt(prior * (1.0 - prior) / (self.pair.reached + PRIOR_COUNT))  # [L]
+        scale = 1.0 + self.cost_error() * np.asarray([0.0] + [1.0] * (len(costs) - 1))  # [W]
+        corners = [(a, c) for a in (-1, 1) for c in (-1, 1)]
+        picks = {
+            _pick(np.clip(prior + a * error, 0.0, 1.0), costs * scale**c, widths_)
+            for a, c in corners
+        }
         return len(picks) == 1
 
     @property
@@ -123,18 +165,15 @@ class Calibration:
 
     @property
     def prior(self) -> np.ndarray:
-        """``[L]`` the pair's acceptance per draft position (:func:`widths.prior_from_counts`)."""
-        return widths.prior_from_counts(self.accepted, self.reached, PRIOR_COUNT)
-
-    def count(self, before, after) -> None:
-        """Adds the draft positions accepted and reached between two
-        :class:`~specjax.decode.state.StepStats` (host copies) of the same generation."""
-        accepted = np.sum(after.position_accepted - before.position_accepted, axis=0)
-        proposed = np.sum(after.position_proposed - before.position_proposed, axis=0)
-        # Position i > 0 is reached where i - 1 was accepted (and i proposed).
-        reached = np.minimum(proposed, np.concatenate([proposed[:1], accepted[:-1]]))
-        self.accepted = self.accepted + accepted
-        self.reached = self.reached + reached
+        """``[L]`` what a row's estimates start from: the pair's acceptance per draft position
+        (:attr:`Acceptance.prior`) once it is known, its upper confidence bound
+        (:attr:`Acceptance.upper`) before; fixed as :attr:`settled` at the first read once
+        this program is calibrated and the pair's acceptance known."""
+        if self.settled is None and self.done and self.pair.known:
+            self.settled = self.pair.prior
+        if self.settled is not None:
+            return self.settled
+        return self.pair.prior if self.pair.known else self.pair.upper
 
 
 def _pick(accept: np.ndarray, costs: np.ndarray, widths_: tuple[int, ...]) -> int:
@@ -157,20 +196,22 @@ def calibrate(run, state):
 def calls(run, state):
     """:func:`calibrate` one decode call at a time: yields the state after each call (read it
     before resuming: the next call donates it), so a stream can show the tokens as they come.
-    The measurements are complete once the generator is exhausted."""
+    The measurements are complete once the generator is exhausted; ``run.counted`` is then the
+    stats up to which the pair's acceptance has counted this generation's steps."""
     record = run.calibration(create=True)
     mark = [jax.device_get(state.stats)]  # the stats up to which acceptance is counted
 
     def tally(state) -> None:
         """Counts the acceptance of the steps since the last tally."""
         now = jax.device_get(state.stats)
-        record.count(mark[0], now)
+        record.pair.count(mark[0], now)
         mark[0] = now
 
     last = state
     for last in _measure(run, record, state, tally):
         yield last
     tally(last)
+    run.counted = mark[0]
     if record.done and record.costs is None:  # noise won: measure again next call
         run.forget_calibration()
 
@@ -206,12 +247,13 @@ def _measure(run, record: Calibration, state, tally):
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
     extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
-    repeats = REPEATS if per_step * low < SECONDS else 1  # noise weighs: repeat
+    # A drafter with a free look at its proposals (n-gram lookup) is steered by them, not by
+    # the prior: one round of slow steps, and its usual rounds in all, are enough.
+    look = adaptive.free_look(run.drafter)
+    repeats = REPEATS if per_step * low < SECONDS else 1 if look else SLOW_REPEATS
     per_width = record.seconds
     after_idle = False  # whether the latest call was a run of width-0 steps
-    # A drafter with a free look at its proposals (n-gram lookup) is steered by them, not by
-    # the prior: its usual rounds are enough.
-    most = repeats if adaptive.free_look(run.drafter) else MORE * repeats
+    most = repeats if look else MORE * repeats
     for _ in range(2 * most):  # rounds (a timing swamped by noise gives no estimate)
         rounds = min(map(len, per_width))
         tally(state)

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
-from specjax.decode import calibration, widths
+from specjax.decode import acceptance, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
@@ -134,6 +134,7 @@ class Run:
         self._steps: list = []  # steps run by each decode call not yet taken
         self._scalars: dict = {}
         self._policies: dict = {}
+        self.counted = None  # the stats up to which the pair's acceptance counted this run
 
     def start(self) -> DecodeState:
         """Runs prefill."""
@@ -143,9 +144,20 @@ class Run:
         """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
         unless ``create``)."""
         if create and self.key not in PROGRAMS.calibrations:
-            record = Calibration.empty(len(self.config.widths), self.drafter.draft_len)
+            length = self.drafter.draft_len
+            pair = acceptance.of_pair(self.args[:2], self.config, length)
+            record = Calibration.empty(len(self.config.widths), length, pair)
             PROGRAMS.calibrations[self.key] = record
         return PROGRAMS.calibrations.get(self.key)
+
+    def learn(self, stats) -> None:
+        """Adds this generation's drafting steps not counted yet (``stats``: its final
+        :class:`~specjax.decode.state.StepStats`, a host copy) to the pair's acceptance, where
+        generations teach it (:func:`~specjax.decode.acceptance.learns`)."""
+        record = self.calibration()
+        if record is not None and acceptance.learns(self.config, self.drafter):
+            record.pair.count(self.counted, stats)
+            self.counted = stats
 
     def forget_calibration(self) -> None:
         """Drops this program's measurements (the next call measures again)."""
@@ -259,6 +271,7 @@ class Run:
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)
         check_target(counters.stats, range(self.batch.rows))
+        self.learn(counters.stats)
         metrics = Metrics.from_state(counters, timing)
         return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 

@@ -225,6 +225,7 @@ class _Programs:
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
         self.calibrations: dict = {}  # per program key: its Calibration (width costs, prior)
+        self.pairs: dict = {}  # per (target, drafter, sampling) pair: its pooled Acceptance
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
@@ -301,6 +302,7 @@ class _Programs:
         """Drops every kept program."""
         self.kept.clear()
         self.calibrations.clear()
+        self.pairs.clear()
 
 
 def _compile_grow(args, mesh):

@@ -15,7 +15,9 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
   choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
   started at the pair's prior, that the fast one resets when it departs from it by more than
   its own noise (:data:`CHANGE`), so a run of rejections at the row's usual acceptance does not
-  stop a draft that pays, and a change of regime does within a few steps;
+  stop a draft that pays, and a change of regime does within a few steps. Below the prior the
+  choice lifts it by a standard error of the row's own observations, at most to the prior
+  (:data:`BONUS`);
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
 * the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
@@ -65,6 +67,16 @@ prior counts as, and how many standard deviations of a fast average at the level
 follow it at once. At acceptance 0.5 that is five rejections in a row from the level, where
 three used to stop drafting (simulated in BENCHMARKS.md: the SmolLM2 head kept 88% of fixed
 drafting's speed before and 96% after, and a drop of acceptance is followed as before)."""
+
+BONUS = 1.0
+"""For a drafter without a free look: where a row's level is below the pair's prior, its choice
+reads the level lifted by this many standard errors of a row observed ``seen + PRIOR_WEIGHT``
+times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Such a drafter
+learns about a row only by drafting, and rows of one pair differ (the SmolLM2 head's fixed
+drafting ran at block efficiency 1.45-2.43 from prompt to prompt, around its break-even): a
+good row whose level a few early rejections pulled down would wait for probes. Capped at the
+prior, the lift never makes a row more optimistic than the pair, so a pair whose drafts do not
+pay is not drawn into drafting (simulated in BENCHMARKS.md)."""
 
 PROBE, PROBE_MAX = 8, 128
 """Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
@@ -248,7 +260,16 @@ def choose(
         accept = jnp.where(unseen, policy.prior[None, :], control.accept)
         level = jnp.where(unseen, policy.prior[None, :], control.level)
         control = dataclasses.replace(control, accept=accept, level=level)
-    estimate = control.level if probe else control.accept  # [B, L]
+    estimate = control.accept  # [B, L]
+    if probe:  # the level; below the pair's prior, by at most BONUS standard errors
+        level = control.level
+        spread = jnp.clip(level * (1.0 - level), 0.01, 0.25)
+        bonus = BONUS * jnp.sqrt(spread / (control.seen + PRIOR_WEIGHT).astype(jnp.float32))
+        if policy.prior is not None:
+            lifted = jnp.minimum(level + bonus, policy.prior[None, :])
+            estimate = jnp.maximum(level, lifted)
+        else:
+            estimate = level
     gain, best = best_width(estimate, policy.costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))
     loss_wait = _loss_wait(gain, policy, active, widths)

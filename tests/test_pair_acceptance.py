@@ -1,0 +1,105 @@
+"""The pair's acceptance (``specjax.decode.acceptance``): pooled over the programs of one target and
+draft, grown by every generation of a drafter without a free look, and fixed per program once
+it is known."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import jax
+import numpy as np
+
+from specjax import sampling
+from specjax.decode import DecodeConfig, acceptance, generate
+from specjax.decode.buckets import DEFAULT
+from specjax.decode.seams import PROGRAMS, Run
+from specjax.drafters import ModelDrafter, NgramDrafter
+from tests.test_widths import (  # noqa: F401 (fixtures)
+    GREEDY,
+    NEW_TOKENS,
+    PROMPTS,
+    autoregressive,
+    models,
+)
+
+
+def _calibrated(target, drafter, prompts, cfg) -> Run:
+    """The run of ``prompts`` once its program is calibrated (measured afresh)."""
+    run = Run.of(target, drafter, prompts, cfg, 0, None, DEFAULT)
+    run.forget_calibration()
+    for _ in range(60):
+        generate(target, prompts, cfg, drafter)
+        if run.calibrated:
+            return run
+    raise AssertionError("calibration did not finish in 60 generations")
+
+
+def test_programs_of_one_pair_pool_their_acceptance_and_generations_add_to_it(
+    models,  # noqa: F811
+    autoregressive,  # noqa: F811
+    monkeypatch,
+):
+    """Acceptance belongs to the pair, not to a program's shapes: a second program (another
+    batch bucket) counts into the same record the first one's calibration filled, and starts
+    from it. Each later generation adds its drafting steps, and a calibrated program follows
+    the counts while they are few. Another draft of the same shapes has its own record, and an
+    n-gram drafter (steered by its free look, not the prior) adds nothing."""
+    target, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    PROGRAMS.pairs.clear()
+    monkeypatch.setattr(acceptance, "SETTLE", 10**9)  # never known here
+    first = _calibrated(target, drafter, PROMPTS, cfg)
+    pair = first.calibration().pair
+    assert pair.reached[0] > 0, pair
+    # Drafting made to look cheap: the next generation drafts, and its steps are counted.
+    first.calibration().seconds = [[1.0], [1.0001]]
+    before, prior = pair.reached.copy(), first.prior.copy()
+    out = generate(target, PROMPTS, cfg, drafter)
+    assert out.tokens == autoregressive
+    assert out.metrics.width_steps[3] > 0, out.metrics.width_steps
+    assert np.all(pair.reached >= before) and pair.reached[0] > before[0], (before, pair)
+    assert not np.array_equal(first.prior, prior)  # not known yet: it follows the counts
+    np.testing.assert_array_equal(first.prior, pair.upper)  # (optimistic while unknown)
+
+    second = _calibrated(target, drafter, PROMPTS[:1], cfg)  # batch 1: another program
+    assert second.key != first.key and second.calibration().pair is pair
+    assert pair.reached[0] > before[0]
+
+    other = jax.tree.map(lambda x: x + 0.0, draft)  # the same shapes, other weights
+    another = ModelDrafter(other, num_paths=1, draft_len=3, sampling=GREEDY)
+    assert acceptance.of_pair((target, another), cfg, 3) is not pair
+    assert acceptance.of_pair(first.args[:2], cfg, 3) is pair
+
+    ngram = NgramDrafter(target.config.vocab_size, num_paths=1, draft_len=3)
+    run = _calibrated(target, ngram, PROMPTS, cfg)
+    counts = run.calibration().pair.reached.copy()
+    step = np.ones((len(PROMPTS), 3), np.int32)
+    run.learn(SimpleNamespace(position_accepted=step, position_proposed=step))
+    np.testing.assert_array_equal(run.calibration().pair.reached, counts)
+
+
+def test_a_program_fixes_its_prior_once_the_pairs_acceptance_is_known(models):  # noqa: F811
+    """Once the pair's first position has been observed SETTLE times, a calibrated program fixes
+    its prior: later generations still add to the counts, but at T = 1 one seed then gives one
+    sample and the same widths, call after call, even once the counts have come to say that
+    the drafts are never accepted."""
+    target, draft = models
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 3))
+    run = _calibrated(target, drafter, PROMPTS, cfg)
+    record = run.calibration()
+    record.seconds = [[1.0], [1.0001]]  # drafting looks cheap: the rows draft
+    scale = -(-acceptance.SETTLE // max(int(record.pair.reached[0]), 1))
+    record.pair.accepted, record.pair.reached = (  # known, at the rates measured
+        record.pair.accepted * scale,
+        record.pair.reached * scale,
+    )
+    first = generate(target, PROMPTS, cfg, drafter, seed=5)
+    assert first.metrics.width_steps[3] > 0, first.metrics.width_steps
+    assert record.settled is not None
+    record.pair.reached = record.pair.reached + 10**6  # as if a million drafts had all failed
+    again = generate(target, PROMPTS, cfg, drafter, seed=5)
+    assert again.tokens == first.tokens
+    assert again.metrics.width_steps == first.metrics.width_steps

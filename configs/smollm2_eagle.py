@@ -13,8 +13,8 @@ Hardware: the head was trained on a lent H100; the figures below are from that H
 Result:   L = 3 (2026-11-25, scripts/bench_eagle.py, 23 held-out chat prompts, 128 new tokens,
           greedy): 1.11x specjax's autoregressive decoding at the median on the CPU (0.83-1.42x,
           block efficiency 1.89) and 1.69x on the H100 (1.32-2.98x; L = 5 1.80x). With
-          widths=auto (this config), 2026-11-26 on the CPU: 1.06x median, 1.08x geometric mean
-          (fixed L = 3: 1.13x in the same run). BENCHMARKS.md "A learned draft for SmolLM2".
+          widths=auto (this config), 2026-11-27 on the CPU: 1.06x median, 1.097x geometric mean
+          (fixed L = 3: 1.114x in the same run). BENCHMARKS.md "A learned draft for SmolLM2".
 """
 
 from specjax.config_files import sibling_config

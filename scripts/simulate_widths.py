@@ -92,6 +92,15 @@ SCENARIOS = {
     "prompts 0.3 +- 0.2 (mostly not paying), cost 1.65": Scenario(
         lambda t: [0.3] * 3, (1.0, 1.65), 0.08, (0.3,) * 3, spread=0.2
     ),
+    "L=4, acceptance 0.85, cost 4, switch 2.4 (drafts lose: Shakespeare T=0)": Scenario(
+        lambda t: [0.85] * 4, (1.0, 4.0), 2.4, (0.85,) * 4
+    ),
+    "L=4, acceptance 0.88, cost 4, switch 2.4 (break-even: Shakespeare T=1)": Scenario(
+        lambda t: [0.88] * 4, (1.0, 4.0), 2.4, (0.88,) * 4
+    ),
+    "L=4, acceptance 0.88, cost 3.6, switch 2.4 (drafts pay 9%)": Scenario(
+        lambda t: [0.88] * 4, (1.0, 3.6), 2.4, (0.88,) * 4
+    ),
 }
 
 

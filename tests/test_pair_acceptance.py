@@ -42,8 +42,9 @@ def test_programs_of_one_pair_pool_their_acceptance_and_generations_add_to_it(
     """Acceptance belongs to the pair, not to a program's shapes: a second program (another
     batch bucket) counts into the same record the first one's calibration filled, and starts
     from it. Each later generation adds its drafting steps, and a calibrated program follows
-    the counts while they are few. Another draft of the same shapes has its own record, and an
-    n-gram drafter (steered by its free look, not the prior) adds nothing."""
+    the counts while they are few (a standard error optimistic). Another draft of the same
+    shapes has its own record. An n-gram drafter (steered by its free look, not the prior) keeps
+    its program's own counts, adds nothing after calibration and starts from the estimate."""
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
@@ -73,6 +74,10 @@ def test_programs_of_one_pair_pool_their_acceptance_and_generations_add_to_it(
 
     ngram = NgramDrafter(target.config.vocab_size, num_paths=1, draft_len=3)
     run = _calibrated(target, ngram, PROMPTS, cfg)
+    # Its free look sees each first verdict anyway: its program keeps its own counts, and its
+    # rows start from their estimate itself.
+    assert run.calibration().pair is not acceptance.of_pair(run.args[:2], cfg, 3)
+    np.testing.assert_array_equal(run.prior, run.calibration().pair.prior)
     counts = run.calibration().pair.reached.copy()
     step = np.ones((len(PROMPTS), 3), np.int32)
     run.learn(SimpleNamespace(position_accepted=step, position_proposed=step))

@@ -40,11 +40,11 @@ def test_a_row_below_the_pairs_prior_is_lifted_by_what_its_few_observations_leav
     monkeypatch,
 ):
     """Rows of a pair differ, and a drafter without a free look learns about one only by
-    drafting. A row whose level a few early rejections pulled to 0.35 (the SmolLM2 head's pair
-    at 0.50 / 0.47 / 0.45, a drafting step costing 1.65) still drafts: its choice lifts the
-    level by a standard error of its few observations, never above the prior. After hundreds of
-    observations the same level stops it; below a pair that is itself at 0.3 nothing is lifted;
-    and without the lift the few observations stop it too."""
+    drafting. With the lift on (``BONUS`` 1; off as shipped), a row whose level a few early
+    rejections pulled to 0.35 (the SmolLM2 head's pair at 0.50 / 0.47 / 0.45, a drafting step
+    costing 1.65) still drafts: its choice lifts the level by a standard error of its few
+    observations, never above the prior. After hundreds of observations the same level stops
+    it, and below a pair that is itself at 0.3 nothing is lifted."""
     active, hint, widths = jnp.ones((1,), bool), jnp.full((1,), 3, jnp.int32), (0, 3)
 
     def choice(level: float, seen: list[int], prior: list[float]) -> int:
@@ -57,9 +57,33 @@ def test_a_row_below_the_pairs_prior_is_lifted_by_what_its_few_observations_leav
         return int(W.choose(control, policy, hint, active, widths)[0])
 
     pair = [0.50, 0.47, 0.45]
+    assert W.BONUS == 0.0 and choice(0.35, [4, 2, 1], pair) == 0  # as shipped: no lift
+    monkeypatch.setattr(W, "BONUS", 1.0)
     assert choice(0.35, [4, 2, 1], pair) == 1  # lifted to about the pair: drafts
     assert choice(0.35, [200, 100, 50], pair) == 0  # its own verdicts say no
     assert choice(0.35, [4, 2, 1], [0.3, 0.3, 0.3]) == 0  # never above the prior
     assert choice(0.6, [4, 2, 1], pair) == 1  # above the prior: its own level
-    monkeypatch.setattr(W, "BONUS", 0.0)
-    assert choice(0.35, [4, 2, 1], pair) == 0
+
+
+def test_after_a_one_token_step_drafting_must_also_pay_the_switch():
+    """For a drafter without a free look, a drafting step right after a width-0 step also pays
+    the draft's catch-up (``Policy.switch``, in width-0 steps). A row whose drafts pay for their
+    step but not for a switch keeps drafting while it drafts and keeps its one-token steps
+    while it takes them, instead of alternating and paying the switch every other step (the
+    Shakespeare pair's switch is about 2.4 one-token steps)."""
+    active, hint, widths = jnp.ones((1,), bool), jnp.full((1,), 4, jnp.int32), (0, 4)
+    costs, prior = jnp.asarray([1.0, 3.6]), jnp.full((4,), 0.88)  # 3.9 tokens for 3.6
+
+    def choice(last: int, switch: float) -> int:
+        control = W.WidthControl.init(1, 4, widths, jax.random.key(0))
+        row = {"accept": jnp.full((1, 4), 0.88), "level": jnp.full((1, 4), 0.88)}
+        seen = jnp.full((1, 4), 50, jnp.int32)
+        last_ = jnp.int32(last)
+        control = control.__class__(**{**control.__dict__, **row, "seen": seen, "last": last_})
+        policy = W.Policy(costs, jnp.int32(W.AUTO), prior, jnp.float32(switch))
+        return int(W.choose(control, policy, hint, active, widths)[0])
+
+    assert choice(last=1, switch=2.4) == 1  # drafting: its step pays, it goes on
+    assert choice(last=0, switch=2.4) == 0  # idle: step and switch do not pay
+    assert choice(last=0, switch=0.0) == 1  # no catch-up to pay: drafts
+    assert choice(last=-1, switch=2.4) == 1  # a row's first step pays no switch

@@ -1,13 +1,15 @@
 """The pair's acceptance per draft position: what a width controller's rows start from.
 
-How often a draft's proposals are accepted belongs to the pair (target and draft weights,
-sampling, verifier), not to one compiled program: the programs of a pair (prompt buckets, batch
-sizes) count into one :class:`Acceptance` (:func:`of_pair`), calibration's forced drafting steps
-and, for a drafter without a free look, the drafting steps of every later generation
-(:func:`learns`). Until they are known well (:data:`SETTLE`) rows start from their upper
-confidence bound (:attr:`Acceptance.upper`: optimism that drafting steps correct, where
-pessimism would stop the drafting that could correct it); a calibrated program then fixes its
-prior.
+How often a model draft's proposals are accepted belongs to the pair (target and draft
+weights, sampling, verifier), not to one compiled program: for a drafter without a free look at
+its proposals, the programs of a pair (prompt buckets, batch sizes) count into one
+:class:`Acceptance` (:func:`of_pair`), calibration's forced drafting steps and the drafting
+steps of every later generation (:func:`learns`). (An n-gram drafter's acceptance is the
+prompt's, copying or not, more than the pair's, and it sees each first verdict for free: its
+programs keep their own counts.) Until the pair's counts are known well (:data:`SETTLE`), rows
+start from their upper confidence bound (:attr:`Acceptance.upper`: optimism that drafting steps
+correct, where pessimism would stop the drafting that could correct it); a calibrated program
+then fixes its prior.
 
 The steps a controller chose to draft are a selected sample (a row drafts more where its drafts
 are accepted, and stops after a run of rejections): on the SmolLM2 head at T = 0 they put the

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
-from specjax.decode import acceptance, calibration, widths
+from specjax.decode import acceptance, adaptive, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
@@ -144,9 +144,13 @@ class Run:
         """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
         unless ``create``)."""
         if create and self.key not in PROGRAMS.calibrations:
-            length = self.drafter.draft_len
-            pair = acceptance.of_pair(self.args[:2], self.config, length)
-            record = Calibration.empty(len(self.config.widths), length, pair)
+            length, look = self.drafter.draft_len, adaptive.free_look(self.drafter)
+            # A drafter without a free look learns only by drafting: its rows start from the
+            # pair's counts, pooled and optimistic until known. One with a free look (n-gram)
+            # sees each first verdict anyway, and its acceptance is the prompt's (copying or
+            # not) more than the pair's: it keeps its program's own counts.
+            pair = None if look else acceptance.of_pair(self.args[:2], self.config, length)
+            record = Calibration.empty(len(self.config.widths), length, pair, not look)
             PROGRAMS.calibrations[self.key] = record
         return PROGRAMS.calibrations.get(self.key)
 

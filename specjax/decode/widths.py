@@ -15,9 +15,8 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
   choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
   started at the pair's prior, that the fast one resets when it departs from it by more than
   its own noise (:data:`CHANGE`), so a run of rejections at the row's usual acceptance does not
-  stop a draft that pays, and a change of regime does within a few steps. Below the prior the
-  choice lifts it by a standard error of the row's own observations, at most to the prior
-  (:data:`BONUS`);
+  stop a draft that pays, and a change of regime does within a few steps (:data:`BONUS`, off as
+  shipped, would lift a level below the prior by a standard error of the row's observations);
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
 * the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
@@ -68,15 +67,18 @@ follow it at once. At acceptance 0.5 that is five rejections in a row from the l
 three used to stop drafting (simulated in BENCHMARKS.md: the SmolLM2 head kept 88% of fixed
 drafting's speed before and 96% after, and a drop of acceptance is followed as before)."""
 
-BONUS = 1.0
+BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
 reads the level lifted by this many standard errors of a row observed ``seen + PRIOR_WEIGHT``
-times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Such a drafter
-learns about a row only by drafting, and rows of one pair differ (the SmolLM2 head's fixed
-drafting ran at block efficiency 1.45-2.43 from prompt to prompt, around its break-even): a
-good row whose level a few early rejections pulled down would wait for probes. Capped at the
-prior, the lift never makes a row more optimistic than the pair, so a pair whose drafts do not
-pay is not drawn into drafting (simulated in BENCHMARKS.md)."""
+times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Off (0) as
+shipped. Rows of one pair differ (the SmolLM2 head's fixed drafting ran at block efficiency
+1.45-2.43 from prompt to prompt), and a good row whose level a few early rejections pulled
+down waits for probes; at 1 the simulation keeps 98% of the better of fixed and autoregressive
+for such rows instead of 95%, and the head's benchmark ran at 99% of fixed drafting at T = 0.
+But where calibration puts a pair whose drafts lose just above its break-even (Shakespeare at
+T = 1: fixed drafting 0.95x), the lift pulled rows back into drafting, each time after idle
+steps and so paying the draft's catch-up: 0.77x autoregressive instead of 1.05x. Until the lift
+knows how much the pair's rows differ, it stays off (BENCHMARKS.md, session 11)."""
 
 PROBE, PROBE_MAX = 8, 128
 """Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
@@ -270,7 +272,11 @@ def choose(
             estimate = jnp.maximum(level, lifted)
         else:
             estimate = level
-    gain, best = best_width(estimate, policy.costs, hint, active, widths)
+    costs = policy.costs
+    if probe and policy.switch is not None:  # after width 0, drafting pays the switch too
+        switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [W]
+        costs = costs + jnp.where(switching, policy.switch, 0.0)
+    gain, best = best_width(estimate, costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))
     loss_wait = _loss_wait(gain, policy, active, widths)
     wait = jnp.maximum(control.probe_after, loss_wait)

@@ -15,6 +15,10 @@ Result:   L = 3 (2026-11-25, scripts/bench_eagle.py, 23 held-out chat prompts, 1
           block efficiency 1.89) and 1.69x on the H100 (1.32-2.98x; L = 5 1.80x). With
           widths=auto (this config), 2026-11-27 on the CPU: 1.06x median, 1.097x geometric mean
           (fixed L = 3: 1.114x in the same run). BENCHMARKS.md "A learned draft for SmolLM2".
+          A one-shot run pays the width calibration inside its timing (3-9 rounds of timed
+          forced steps, 1.5-4 s on the CPU): the default prompt's 55-token answer ran 0.63x
+          with --config.compare_autoregressive=True (2026-11-27). For one-shot timings use
+          --config.widths=fixed; a process that decodes many prompts pays it once per bucket.
 """
 
 from specjax.config_files import sibling_config

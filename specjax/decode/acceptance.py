@@ -78,15 +78,19 @@ class Acceptance:
         return widths.prior_from_counts(self.accepted, self.reached, PRIOR_COUNT)
 
     @property
+    def error(self) -> np.ndarray:
+        """``[L]`` the binomial standard error of :attr:`prior`."""
+        prior = self.prior.astype(np.float64)
+        return np.sqrt(prior * (1.0 - prior) / (self.reached + PRIOR_COUNT))
+
+    @property
     def upper(self) -> np.ndarray:
         """``[L]`` :attr:`prior` plus its standard error: what rows start from while the pair is
         not :attr:`known`. A drafter without a free look learns only by drafting, so a prior
         that a few unlucky steps put too low would keep its rows, and with them the counts,
         from drafting; one a standard error too high costs a row a few drafting steps before
         its own verdicts take over, and the counts learn from them."""
-        prior = self.prior.astype(np.float64)
-        error = np.sqrt(prior * (1.0 - prior) / (self.reached + PRIOR_COUNT))
-        return np.clip(prior + error, 0.0, 1.0).astype(np.float32)
+        return np.clip(self.prior + self.error, 0.0, 1.0).astype(np.float32)
 
     def count(self, before, after) -> None:
         """Adds the draft positions accepted and reached between two

@@ -22,9 +22,9 @@ steps forced at each width (their tokens are kept: every width is an exact step)
   programs of one pair (prompt buckets, batch sizes) pool their counts
   (:mod:`specjax.decode.acceptance`), and every :func:`~specjax.decode.loop.generate` and
   ``Stream`` of the pair adds its drafting steps too (``Run.learn``). An n-gram drafter keeps
-  its program's own counts. A program calibrated later
-  starts from all of that. A calibrated program fixes its prior once the pair's acceptance is
-  known well (:attr:`Calibration.settled`); from then on its repeated calls with one seed agree.
+  its program's own counts. A program calibrated later starts from all of that. A calibrated
+  program fixes its prior once the pair's acceptance is known well
+  (:attr:`Calibration.settled`); from then on its repeated calls with one seed agree.
 
 The usual rounds (:data:`REPEATS` for sub-millisecond steps, else one, or :data:`SLOW_REPEATS`
 for a drafter without a free look at its proposals) end the measurement when
@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decode import adaptive, widths
-from specjax.decode.acceptance import PRIOR_COUNT, Acceptance
+from specjax.decode.acceptance import Acceptance
 
 SECONDS, STEPS, REPEATS, PILOT = 0.025, (3, 64), 7, 3
 """How long a width-0 long call should run, the bounds of the extra steps of a long call, the
@@ -159,8 +159,7 @@ class Calibration:
         costs = self.costs
         if costs is None:
             return False
-        prior = self.pair.prior.astype(np.float64)
-        error = np.sqrt(prior * (1.0 - prior) / (self.pair.reached + PRIOR_COUNT))  # [L]
+        prior, error = self.pair.prior.astype(np.float64), self.pair.error  # [L], [L]
         scale = 1.0 + self.cost_error() * np.asarray([0.0] + [1.0] * (len(costs) - 1))  # [W]
         corners = [(a, c) for a in (-1, 1) for c in (-1, 1)]
         picks = {

@@ -262,16 +262,12 @@ def choose(
         accept = jnp.where(unseen, policy.prior[None, :], control.accept)
         level = jnp.where(unseen, policy.prior[None, :], control.level)
         control = dataclasses.replace(control, accept=accept, level=level)
-    estimate = control.accept  # [B, L]
-    if probe:  # the level; below the pair's prior, by at most BONUS standard errors
-        level = control.level
-        spread = jnp.clip(level * (1.0 - level), 0.01, 0.25)
+    estimate = control.level if probe else control.accept  # [B, L]
+    if probe and BONUS > 0 and policy.prior is not None:  # (traced only with the lift on)
+        spread = jnp.clip(estimate * (1.0 - estimate), 0.01, 0.25)
         bonus = BONUS * jnp.sqrt(spread / (control.seen + PRIOR_WEIGHT).astype(jnp.float32))
-        if policy.prior is not None:
-            lifted = jnp.minimum(level + bonus, policy.prior[None, :])
-            estimate = jnp.maximum(level, lifted)
-        else:
-            estimate = level
+        lifted = jnp.minimum(estimate + bonus, policy.prior[None, :])  # at most to the prior
+        estimate = jnp.maximum(estimate, lifted)
     costs = policy.costs
     if probe and policy.switch is not None:  # after width 0, drafting pays the switch too
         switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [W]

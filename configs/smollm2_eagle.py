@@ -13,12 +13,12 @@ Hardware: the head was trained on a lent H100; the figures below are from that H
 Result:   L = 3 (2026-11-25, scripts/bench_eagle.py, 23 held-out chat prompts, 128 new tokens,
           greedy): 1.11x specjax's autoregressive decoding at the median on the CPU (0.83-1.42x,
           block efficiency 1.89) and 1.69x on the H100 (1.32-2.98x; L = 5 1.80x). With
-          widths=auto (this config), 2026-11-27 on the CPU: 1.06x median, 1.097x geometric mean
-          (fixed L = 3: 1.114x in the same run). BENCHMARKS.md "A learned draft for SmolLM2".
-          A one-shot run pays the width calibration inside its timing (3-9 rounds of timed
-          forced steps, 1.5-4 s on the CPU): the default prompt's 55-token answer ran 0.63x
-          with --config.compare_autoregressive=True (2026-11-27). For one-shot timings use
-          --config.widths=fixed; a process that decodes many prompts pays it once per bucket.
+          widths=auto (this config), 2026-11-27 on the CPU: 1.04x median, 1.105x geometric mean
+          (fixed L = 3: 1.116x in the same run). BENCHMARKS.md "A learned draft for SmolLM2".
+          The width costs are measured once per compiled program before the first generation's
+          timing (the "width calibration" row: about 2 s on the CPU); the default prompt's
+          55-token answer, one-shot with --config.compare_autoregressive=True, ran 0.91-0.94x
+          (fixed: 0.81-0.88x; its drafts are accepted less than most).
 """
 
 from specjax.config_files import sibling_config

@@ -11,6 +11,7 @@ import numpy as np
 
 from specjax import sampling
 from specjax.decode import DecodeConfig, acceptance, generate
+from specjax.decode.batching import ContinuousBatch, Request
 from specjax.decode.buckets import DEFAULT
 from specjax.decode.seams import PROGRAMS, Run
 from specjax.drafters import ModelDrafter, NgramDrafter
@@ -40,11 +41,11 @@ def test_programs_of_one_pair_pool_their_acceptance_and_generations_add_to_it(
     monkeypatch,
 ):
     """Acceptance belongs to the pair, not to a program's shapes: a second program (another
-    batch bucket) counts into the same record the first one's calibration filled, and starts
+    batch bucket) counts into the same record the first one's generations filled, and starts
     from it. Each later generation adds its drafting steps, and a calibrated program follows
     the counts while they are few (a standard error optimistic). Another draft of the same
     shapes has its own record. An n-gram drafter (steered by its free look, not the prior) keeps
-    its program's own counts, adds nothing after calibration and starts from the estimate."""
+    its program's own counts, adds nothing to them and starts from their estimate."""
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
@@ -52,7 +53,7 @@ def test_programs_of_one_pair_pool_their_acceptance_and_generations_add_to_it(
     monkeypatch.setattr(acceptance, "SETTLE", 10**9)  # never known here
     first = _calibrated(target, drafter, PROMPTS, cfg)
     pair = first.calibration().pair
-    assert pair.reached[0] > 0, pair
+    assert pair.reached[0] > 0, pair  # calibration's forced drafts, counted after the call
     # Drafting made to look cheap: the next generation drafts, and its steps are counted.
     first.calibration().seconds = [[1.0], [1.0001]]
     before, prior = pair.reached.copy(), first.prior.copy()
@@ -96,11 +97,8 @@ def test_a_program_fixes_its_prior_once_the_pairs_acceptance_is_known(models):  
     run = _calibrated(target, drafter, PROMPTS, cfg)
     record = run.calibration()
     record.seconds = [[1.0], [1.0001]]  # drafting looks cheap: the rows draft
-    scale = -(-acceptance.SETTLE // max(int(record.pair.reached[0]), 1))
-    record.pair.accepted, record.pair.reached = (  # known, at the rates measured
-        record.pair.accepted * scale,
-        record.pair.reached * scale,
-    )
+    reached = np.asarray([acceptance.SETTLE, acceptance.SETTLE // 2, acceptance.SETTLE // 4])
+    record.pair.accepted, record.pair.reached = reached // 2, reached  # known: half accepted
     first = generate(target, PROMPTS, cfg, drafter, seed=5)
     assert first.metrics.width_steps[3] > 0, first.metrics.width_steps
     assert record.settled is not None
@@ -108,3 +106,41 @@ def test_a_program_fixes_its_prior_once_the_pairs_acceptance_is_known(models):  
     again = generate(target, PROMPTS, cfg, drafter, seed=5)
     assert again.tokens == first.tokens
     assert again.metrics.width_steps == first.metrics.width_steps
+
+
+def test_calibrations_verdicts_count_only_once_the_generation_has_ended(models):  # noqa: F811
+    """The forced drafting steps of a scratch calibration decode the generation's own prompts:
+    their verdicts reach the pair's counts after that generation, not before (its controller
+    would otherwise start from its own verdicts)."""
+    target, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    PROGRAMS.pairs.clear()
+    run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
+    run.forget_calibration()
+    run.prepare()
+    pair = run.calibration().pair
+    assert run.pending.reached[0] > 0 and pair.reached[0] == 0, (run.pending, pair)
+    held = run.pending.reached.copy()
+    step = np.zeros((len(PROMPTS), 3), np.int32)  # a generation that drafted nothing
+    run.learn(SimpleNamespace(position_accepted=step, position_proposed=step))
+    np.testing.assert_array_equal(pair.reached, held)
+    assert run.pending is None
+
+
+def test_a_batch_job_counts_each_rows_drafting_steps_once(models):  # noqa: F811
+    """Continuous batching calibrates on its live slots, and each finished row adds its drafting
+    steps to the pair's counts: calibration's forced steps on a row are among them, counted
+    once (the counts equal the positions the job's rows proposed)."""
+    target, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    PROGRAMS.pairs.clear()
+    PROGRAMS.calibrations.clear()
+    engine = ContinuousBatch(target, drafter, cfg, slots=2)
+    done = list(engine.run([Request(i, p) for i, p in enumerate(PROMPTS)]))
+    assert len(done) == len(PROMPTS)
+    ((pair, _),) = PROGRAMS.pairs.values()
+    proposed = engine.metrics.position_proposed
+    assert proposed[0] > 0 and pair.reached[0] == proposed[0], (pair, proposed)
+    assert pair.accepted[0] == engine.metrics.position_accepted[0]

@@ -3,8 +3,9 @@
 How often a model draft's proposals are accepted belongs to the pair (target and draft
 weights, sampling, verifier), not to one compiled program: for a drafter without a free look at
 its proposals, the programs of a pair (prompt buckets, batch sizes) count into one
-:class:`Acceptance` (:func:`of_pair`), calibration's forced drafting steps and the drafting
-steps of every later generation (:func:`learns`). (An n-gram drafter's acceptance is the
+:class:`Acceptance` (:func:`of_pair`), calibration's forced drafting steps (after the generation
+they preceded) and the drafting steps of every generation and of every finished row of a batch
+job (:func:`learns`). (An n-gram drafter's acceptance is the
 prompt's, copying or not, more than the pair's, and it sees each first verdict for free: its
 programs keep their own counts.) Until the pair's counts are known well (:data:`SETTLE`), rows
 start from their upper confidence bound (:attr:`Acceptance.upper`: optimism that drafting steps
@@ -91,6 +92,11 @@ class Acceptance:
         from drafting; one a standard error too high costs a row a few drafting steps before
         its own verdicts take over, and the counts learn from them."""
         return np.clip(self.prior + self.error, 0.0, 1.0).astype(np.float32)
+
+    def add(self, other: Acceptance) -> None:
+        """Adds ``other``'s counts."""
+        self.accepted = self.accepted + other.accepted
+        self.reached = self.reached + other.reached
 
     def count(self, before, after) -> None:
         """Adds the draft positions accepted and reached between two

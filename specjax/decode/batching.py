@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from specjax import sharding
+from specjax.decode import acceptance
 from specjax.decode.batch_counts import Progress, Totals, finished_rows
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
@@ -258,6 +259,7 @@ class ContinuousBatch:
             counters = finished_rows(state, finished) if finished else None
             if counters is not None:
                 check_target(counters.stats)  # a broken target ends the run, no garbage out
+                _learn(run, counters.stats)
             for j, slot in enumerate(finished):
                 index, request = holder[slot]
                 holder[slot] = None
@@ -356,6 +358,15 @@ class ContinuousBatch:
         program = PROGRAMS.insert(args, sizes, self.config, self.mesh, run.draft_tp)
         compile_seconds = time.perf_counter() - start
         return program(*args), compile_seconds
+
+
+def _learn(run: Run, stats) -> None:
+    """Adds finished rows' drafting steps (their whole generations, calibration's forced steps
+    on them included) to the pair's acceptance, where generations teach it
+    (:func:`~specjax.decode.acceptance.learns`)."""
+    record = run.calibration()
+    if record is not None and acceptance.learns(run.config, run.drafter):
+        record.pair.count(None, stats)
 
 
 def _length(prompt) -> int:

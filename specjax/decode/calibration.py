@@ -1,46 +1,42 @@
 """What the width controller needs to know about a compiled program, measured on it.
 
 The automatic width policy (:mod:`specjax.decode.widths`) weighs each width's expected tokens
-against its cost. :func:`calibrate` measures, once per compiled program, by running real decode
-steps forced at each width (their tokens are kept: every width is an exact step):
+against its cost. :func:`calibrate` measures, once per compiled program, by timing decode calls
+forced at each width:
 
 * **the cost of a step at each width** relative to a width-0 step. One estimate is the time of a
   call of ``1 + n`` steps less that of a one-step call, per extra step, so the cost of a call
   itself (dispatch and reading the counters: as much as a sub-millisecond step) cancels. The
   long call must run long enough for the first steps of a call (slower than the rest) to weigh
   little: ``n`` is sized so that a width-0 long call runs :data:`SECONDS`, from a pilot estimate
-  of a width-0 step. Sub-millisecond steps take the median of :data:`REPEATS` estimates.
+  of a width-0 step. Sub-millisecond steps take the median of :data:`REPEATS` estimates, slower
+  ones of :data:`SLOW_REPEATS` (one for a drafter with a free look at its proposals).
 * **what a probe costs beyond its step**: a drafting step right after a run of width-0 steps
   against one right after a drafting step (the draft catching up the tokens it missed, and the
   change of loop), in width-0 steps (:attr:`Calibration.switch_cost`).
-* **the pair's acceptance**: per draft position, how often the forced drafting steps accepted it
-  when they reached it. It is the prior of each row's estimates (:attr:`Calibration.prior`), so
-  a pair whose drafts do not pay for their steps takes one-token steps from the start instead of
-  learning it again in every generation from probes, which cost a drafting step, the draft's
-  catch-up and a switch of widths each. For a drafter without a free look (a model draft or a
-  learned head, which learns only by drafting) acceptance is the pair's, not the program's: the
-  programs of one pair (prompt buckets, batch sizes) pool their counts
-  (:mod:`specjax.decode.acceptance`), and every :func:`~specjax.decode.loop.generate` and
-  ``Stream`` of the pair adds its drafting steps too (``Run.learn``). An n-gram drafter keeps
-  its program's own counts. A program calibrated later starts from all of that. A calibrated
-  program fixes its prior once the pair's acceptance is known well
-  (:attr:`Calibration.settled`); from then on its repeated calls with one seed agree.
 
-The usual rounds (:data:`REPEATS` for sub-millisecond steps, else one, or :data:`SLOW_REPEATS`
-for a drafter without a free look at its proposals) end the measurement when
-the choice it leads to is clear (:meth:`Calibration.clear`): the same first width whichever way
-the acceptance estimates err by a standard error, and the costs by theirs. Otherwise, for a
-drafter without a free look at its proposals, it goes on for up to :data:`MORE` times as many
-rounds: such a drafter's rows start from the prior and decide on a slow level that the prior
-weighs in for several observations (:data:`~specjax.decode.widths.PRIOR_WEIGHT`). Measuring
-longer costs little exactly then: a choice that close means both widths give about the same
-tokens per second, and every forced step is an exact step whose tokens are kept. (One round
-gave the SmolLM2 head, whose 45 ms drafting steps pay by about 10% on the CPU, about six
-drafting steps and a prior of 0.40 / 0.54 / 0.18 against 0.49 / 0.53 / 0.59 over 770 steps.)
+``generate`` and ``Stream`` calibrate before their timing starts, on a scratch prefill of their
+own prompts that they then discard (refilled if its rows finish first), so the time is reported
+on its own (``Metrics.calibration_seconds``, like compilation: once per program in a process)
+and a generation's tokens never pay for it. Measured on the generation itself, a one-shot run
+paid it in its own steps: the README's Shakespeare command ran at 0.62x autoregressive (fixed
+drafting 0.85x) and the SmolLM2 head's config at 0.67x, the generation over before the
+controller had chosen a single width. Continuous batching measures on its live slots (their
+forced steps are exact steps whose tokens are kept) and, if they all finish first, the next call
+measures the rest while the controller uses the estimates so far.
 
-A generation whose rows finish before every estimate is made keeps what it measured
-(:class:`Calibration`, kept per program in ``PROGRAMS.calibrations``); the next call of the
-program measures the rest, and meanwhile the controller uses the estimates so far.
+The forced drafting steps' verdicts count towards the prior of later generations (a sample the
+controller did not select: its own drafting stops after a run of rejections, and a pair whose
+counts came only from it stayed at one-token steps on 10 prompts in a row, one where fixed
+drafting ran 1.44x). On a scratch of the generation's prompts they are added once that
+generation has ended (``Run.learn``), not before: they would hand its controller its own
+verdicts in advance. A row's prior (:attr:`Calibration.prior`) is the pair's acceptance
+(:mod:`specjax.decode.acceptance`): for a drafter without a free look (a model draft or a
+learned head) pooled over the programs of the pair and the drafting steps of its generations,
+optimistic until known; an n-gram drafter, steered by its free look at each proposal, keeps
+its program's own counts, from calibration alone (:func:`~specjax.decode.widths.default_prior`
+before them). A calibrated program fixes its prior once the pair's acceptance is known well
+(:attr:`Calibration.settled`); from then on its repeated calls with one seed agree.
 """
 
 from __future__ import annotations
@@ -49,10 +45,10 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
-from specjax.decode import adaptive, widths
+from specjax.decode import acceptance, adaptive
 from specjax.decode.acceptance import Acceptance
 
 SECONDS, STEPS, REPEATS, PILOT = 0.025, (3, 64), 7, 3
@@ -61,19 +57,10 @@ estimates per width (median) when ``STEPS[0]`` width-0 steps take less than ``SE
 extra steps of the pilot call that sizes the long calls."""
 
 SLOW_REPEATS = 3
-"""The usual rounds when steps are not sub-millisecond, for a drafter without a free look at its
+"""The rounds when steps are not sub-millisecond, for a drafter without a free look at its
 proposals: its rows decide from the costs and the prior at their first step, and the median of
 one round is one round (on the 2-core VM one round put the SmolLM2 head's width-3 cost at 2.09
 where it is about 1.6, and the rows of that prompt bucket then took one-token steps)."""
-
-MORE = 3
-"""Up to this many times the usual rounds while the choice is not clear
-(:meth:`Calibration.clear`)."""
-
-COST_NOISE = 0.06
-"""The least relative spread :meth:`Calibration.cost_error` assumes of one round's cost
-estimate: on this project's 2-core VM one round of the SmolLM2 head's width-3 cost ranged
-1.29-1.73 around a steady 1.57 (a spread of about 6-7%)."""
 
 
 @dataclasses.dataclass
@@ -88,16 +75,17 @@ class Calibration:
         tokens it missed, and the change of loop (what a probe costs beyond its step).
       pilot: the pilot estimate of a width-0 step's seconds (None: not made yet).
       warm: whether every width has run once (a width's first run is slower: 10 ms, not 2).
-      done: whether every estimate is made (then :attr:`costs` and :attr:`prior` are settled).
+      done: whether every estimate is made (then :attr:`costs` are settled).
       settled: the prior, fixed at the first read once :attr:`done` and the pair's acceptance
         is known (:attr:`Acceptance.known`; None before): the pair's counts keep growing, but
         a settled program's controller stays as it is, so repeated calls with one seed take the
         same widths.
       optimistic: whether rows start from the pair's upper confidence bound while it is not
         known: for a drafter without a free look, which learns only by drafting. (An n-gram
-        drafter sees each proposal's first verdict for free; it keeps its program's own counts
-        and their estimate. Pooled and optimistic, its L positions' prior made it draft in
-        vain after a copy prompt: 19 drafting steps instead of 7 on a chat prompt, 0.89x.)
+        drafter sees each proposal's first verdict for free; its program keeps counts of its
+        own, which no generation adds to, so it starts from the default prior. Pooled and
+        optimistic, the counts of a copy prompt made it draft in vain on the chat prompts
+        after it: 19 drafting steps instead of 7 on one, 0.89x.)
     """
 
     seconds: list[list[float]]
@@ -139,35 +127,6 @@ class Calibration:
         base = np.asarray(self.seconds[0])
         return [np.asarray(t[: len(base)]) / base[: len(t)] for t in self.seconds[1:]]
 
-    def cost_error(self) -> float:
-        """The relative standard error of the drafting widths' costs: the spread of their
-        per-round ratios (at least :data:`COST_NOISE`, what one round varies by on a quiet
-        machine) over the square root of the rounds."""
-        ratios = self._ratios()
-        if not ratios:
-            return 0.0
-        spread = max(
-            [COST_NOISE] + [float(np.std(r, ddof=1) / np.median(r)) for r in ratios if len(r) > 1]
-        )
-        return spread / np.sqrt(min(map(len, ratios)))
-
-    def clear(self, widths_: tuple[int, ...]) -> bool:
-        """Whether the estimates so far give a row's first step the same width whichever way
-        they err by a standard error: the acceptance estimates all lower or all higher by a
-        binomial one, the drafting widths' costs all lower or all higher by
-        :meth:`cost_error`."""
-        costs = self.costs
-        if costs is None:
-            return False
-        prior, error = self.pair.prior.astype(np.float64), self.pair.error  # [L], [L]
-        scale = 1.0 + self.cost_error() * np.asarray([0.0] + [1.0] * (len(costs) - 1))  # [W]
-        corners = [(a, c) for a in (-1, 1) for c in (-1, 1)]
-        picks = {
-            _pick(np.clip(prior + a * error, 0.0, 1.0), costs * scale**c, widths_)
-            for a, c in corners
-        }
-        return len(picks) == 1
-
     @property
     def switch_cost(self) -> float:
         """:attr:`switch` in width-0 steps (median; 0 before any estimate)."""
@@ -188,106 +147,111 @@ class Calibration:
         return self.pair.upper if self.optimistic and not self.pair.known else self.pair.prior
 
 
-def _pick(accept: np.ndarray, costs: np.ndarray, widths_: tuple[int, ...]) -> int:
-    """The width index :func:`widths.choose` gives a row whose estimates are ``accept [L]``
-    (no probe, the drafter able to propose L tokens)."""
-    row = jnp.asarray(accept, jnp.float32)[None, :]  # [1, L]
-    hint, active = jnp.full((1,), row.shape[1], jnp.int32), jnp.ones((1,), bool)
-    return int(widths.best_width(row, jnp.asarray(costs), hint, active, widths_)[1])
-
-
-def calibrate(run, state):
+def calibrate(run, state, restart=None):
     """Measures ``run``'s program (a :class:`~specjax.decode.loop.Run`) on ``state`` (donated),
-    once per program, and returns the state after the steps it ran. See the module docstring."""
-    last = state
-    for last in calls(run, state):  # noqa: B007 (the last state is the result)
-        pass
-    return last
+    once per program, and returns the state after the steps it ran. See the module docstring.
 
-
-def calls(run, state):
-    """:func:`calibrate` one decode call at a time: yields the state after each call (read it
-    before resuming: the next call donates it), so a stream can show the tokens as they come.
-    The measurements are complete once the generator is exhausted; ``run.counted`` is then the
-    stats up to which the pair's acceptance has counted this generation's steps."""
+    Args:
+      run: the run whose program is measured.
+      state: a state of that program, donated.
+      restart: a callable giving a fresh state to go on with once every row of the measured
+        one is done (``generate`` measures on a scratch prefill of its prompts and refills
+        it); None: stop there, the estimates so far kept for the next call (continuous
+        batching measures on its live slots).
+    """
     record = run.calibration(create=True)
-    mark = [jax.device_get(state.stats)]  # the stats up to which acceptance is counted
-
-    def tally(state) -> None:
-        """Counts the acceptance of the steps since the last tally."""
-        now = jax.device_get(state.stats)
-        record.pair.count(mark[0], now)
-        mark[0] = now
-
-    last = state
-    for last in _measure(run, record, state, tally):
-        yield last
-    tally(last)
-    run.counted = mark[0]
+    seen = Acceptance.empty(run.drafter.draft_len)  # what the forced drafting steps reached
+    state = _measure(run, record, state, restart, seen)
+    if restart is not None:  # a scratch of the generation's prompts: counted once it has ended
+        run.pending = seen
+    elif not acceptance.learns(run.config, run.drafter):  # live steps no finished row counts
+        record.pair.add(seen)
     if record.done and record.costs is None:  # noise won: measure again next call
         run.forget_calibration()
+    return state
 
 
-def _measure(run, record: Calibration, state, tally):
-    """The timed calls of :func:`calls` (the state after each), adding to ``record`` (its
-    acceptance counts through ``tally(state)``); stops early, the estimates so far kept, once
-    every row is done."""
+def _agreed(seconds: float) -> float:
+    """``seconds`` as process 0 measured them. Every process of a multi-process run must give its
+    programs the same arguments (a call's step count sized from its own timings would run loops
+    of different lengths around the same collectives) and end with the same costs (or its
+    devices would take other widths): each decides from process 0's timings."""
+    if jax.process_count() == 1:
+        return seconds
+    return float(multihost_utils.broadcast_one_to_all(np.float32(seconds)))
+
+
+def _measure(run, record: Calibration, state, restart, seen: Acceptance):
+    """The timed calls of :func:`calibrate`, adding to ``record`` (and the draft positions
+    they reached and accepted to ``seen``); returns the last state."""
     n_widths = len(run.config.widths)
+    stopped = False  # every row done, and nothing to restart with
+    restarts = 0  # fresh states so far
+    mark = jax.device_get(state.stats)  # counted up to here
 
-    def timed(state, n: int, force: int):
-        """(state, seconds, steps taken at width ``force``, every row done) of one call."""
+    def timed(n: int, force: int):
+        """(seconds, steps taken at width ``force``) of one call on the current state."""
+        nonlocal state, stopped, restarts, mark
         before = jax.device_get(state.control.steps)[force]
         start = time.perf_counter()
         state = run.decode(state, n, force=force)
         taken, done = jax.device_get((state.control.steps, state.done))
-        return state, time.perf_counter() - start, taken[force] - before, bool(np.all(done))
+        seconds = _agreed(time.perf_counter() - start)
+        now = jax.device_get(state.stats)
+        seen.count(mark, now)
+        mark = now
+        if np.all(done):
+            if restart is None:
+                stopped = True
+            else:
+                state, restarts, mark = restart(), restarts + 1, None
+        return seconds, taken[force] - before
 
     if not record.warm:  # untimed: a width's first run is slower (10 ms, not 2)
         for i in range(n_widths):
-            state = run.decode(state, 1, force=i)
-            yield state
+            timed(1, i)
+            if stopped:
+                return state
         record.warm = True
-    if record.pilot is None:
-        state, short, _, _ = timed(state, 1, 0)
-        yield state
-        state, pilot, n_pilot, done = timed(state, 1 + PILOT, 0)
-        yield state
-        if n_pilot > 1:  # (a call cut short by the rows finishing tells too little)
+    for _ in range(3):  # (a pilot cut short by the rows finishing tells too little)
+        if record.pilot is not None:
+            break
+        short, _ = timed(1, 0)
+        pilot, n_pilot = timed(1 + PILOT, 0)
+        if n_pilot > 1:
             record.pilot = (pilot - short) / (n_pilot - 1) if pilot > short else pilot / n_pilot
-        if done:
-            return
+        if stopped:
+            return state
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
     extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
     # A drafter with a free look at its proposals (n-gram lookup) is steered by them, not by
-    # the prior: one round of slow steps, and its usual rounds in all, are enough.
+    # the prior: one round of slow steps is enough.
     look = adaptive.free_look(run.drafter)
     repeats = REPEATS if per_step * low < SECONDS else 1 if look else SLOW_REPEATS
     per_width = record.seconds
     after_idle = False  # whether the latest call was a run of width-0 steps
-    most = repeats if look else MORE * repeats
-    for _ in range(2 * most):  # rounds (a timing swamped by noise gives no estimate)
-        rounds = min(map(len, per_width))
-        tally(state)
-        if rounds >= most or (rounds >= repeats and record.clear(run.config.widths)):
+    for _ in range(2 * repeats):  # rounds (a timing swamped by noise gives no estimate)
+        if min(map(len, per_width)) >= repeats:
             break
         for i in sorted(range(n_widths), key=lambda i: len(per_width[i])):  # fewest first
-            state, short, n_short, done = timed(state, 1, i)
-            yield state
-            if done:
-                return
+            short, n_short = timed(1, i)
+            if stopped:
+                return state
             known = per_width[i]  # a long call runs about SECONDS at every width
             n = extra if not known else int(np.clip(np.ceil(SECONDS / np.median(known)), low, high))
-            state, long, n_long, done = timed(state, 1 + n, i)
-            yield state
+            fresh = restarts
+            long, n_long = timed(1 + n, i)
             if n_long > n_short and long > short:  # (a long call cut short still counts)
                 per_width[i].append((long - short) / (n_long - n_short))
-            if i == 1 and after_idle and not done:  # after its own width, against after idling
-                state, again, n_again, done = timed(state, 1, i)
-                yield state
+            if stopped:
+                return state
+            if i == 1 and after_idle and restarts == fresh:  # after its own width vs after idling
+                again, n_again = timed(1, i)
                 if n_short == n_again == 1:
                     record.switch.append(short - again)
+                if stopped:
+                    return state
             after_idle = i == 0
-            if done:
-                return
     record.done = True
+    return state

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -108,9 +107,9 @@ class Run:
         seed = np.asarray(seed, np.int32)
         self.draft_tp = False
         if mesh is None:
+            # device_put: jnp.asarray compiles a conversion per shape (11-30 ms the first time)
             self.args = (target, self.drafter, b.prompts, b.lengths, b.active, seed)
-            self.args = jax.tree.map(jnp.asarray, self.args)
-            self.put_scalar = jnp.asarray
+            self.args, self.put_scalar = jax.tree.map(jax.device_put, self.args), jax.device_put
         else:
             sharding.check_model(target.config, mesh)
             self.draft_tp = self.drafter is not None and self.drafter.tensor_parallel
@@ -132,9 +131,10 @@ class Run:
         self.compile_seconds = time.perf_counter() - start
         self.compiled = PROGRAMS.compiled - before
         self._steps: list = []  # steps run by each decode call not yet taken
-        self._scalars: dict = {}
-        self._policies: dict = {}
+        self._scalars, self._policies = {}, {}
         self.counted = None  # the stats up to which the pair's acceptance counted this run
+        self.calibration_seconds = 0.0  # spent by prepare() measuring the width costs
+        self.pending = None  # acceptance its scratch calibration saw, counted after the run
 
     def start(self) -> DecodeState:
         """Runs prefill."""
@@ -157,11 +157,15 @@ class Run:
     def learn(self, stats) -> None:
         """Adds this generation's drafting steps not counted yet (``stats``: its final
         :class:`~specjax.decode.state.StepStats`, a host copy) to the pair's acceptance, where
-        generations teach it (:func:`~specjax.decode.acceptance.learns`)."""
+        generations teach it (:func:`~specjax.decode.acceptance.learns`), then what its scratch
+        calibration saw (held back until now: :func:`~specjax.decode.calibration.calibrate`)."""
         record = self.calibration()
         if record is not None and acceptance.learns(self.config, self.drafter):
             record.pair.count(self.counted, stats)
             self.counted = stats
+        if record is not None and self.pending is not None:
+            record.pair.add(self.pending)
+        self.pending = None
 
     def forget_calibration(self) -> None:
         """Drops this program's measurements (the next call measures again)."""
@@ -257,20 +261,34 @@ class Run:
         taken, self._steps = self._steps, []
         return int(np.sum(jax.device_get(taken))) if taken else 0
 
-    def calibration_calls(self, state: DecodeState) -> Iterator[DecodeState]:
-        """:meth:`calibrate` one decode call at a time (the state after each; read it before
-        resuming), for a stream that shows the tokens as they come."""
-        if not self.calibrated:
-            yield from calibration.calls(self, state)
-
     def calibrate(self, state: DecodeState) -> DecodeState:
-        """Measures the width costs and the pair's acceptance on this program, once per program
-        (:func:`specjax.decode.calibration.calibrate`), unless they are settled or unread
-        (:attr:`calibrated`): a forced or random policy measures nothing, so its steps (and, at
-        temperature > 0, the sample a seed gives) do not depend on how long a step took."""
+        """Measures the width costs on ``state`` (donated; continuous batching's live slots: the
+        forced steps are exact, their tokens kept), once per program, unless they are settled or
+        unread (:attr:`calibrated`: a forced or random policy's steps, and a seed's sample, do
+        not depend on timing). A generation calls :meth:`prepare`."""
         if self.calibrated:
             return state
         return calibration.calibrate(self, state)
+
+    def prepare(self) -> None:
+        """What a generation runs before its timing starts, on a scratch prefill of its prompts
+        that it then discards: the width calibration where it is due (:meth:`calibrate`,
+        refilling the scratch when its rows finish; :attr:`calibration_seconds`), else the
+        first run of the programs this run compiled (XLA's first run of a program is slower, a
+        quarter of a second for the SmolLM2 head's decode program: added to
+        :attr:`compile_seconds`). Both happen once per program in a process."""
+        start = time.perf_counter()
+        if not self.calibrated:
+            calibration.calibrate(self, self.start(), restart=self.start)
+            self.calibration_seconds += time.perf_counter() - start
+        elif self.compiled:
+            jax.block_until_ready(self.decode(self.start(), 1).lengths)
+            self.compile_seconds += time.perf_counter() - start
+        self._steps = []  # (the scratch's steps are not the generation's)
+
+    def timing(self, seconds: float, first: float, first_tokens: int) -> Timing:
+        """The :class:`Timing` of a generation timed at ``seconds`` (the first step's below)."""
+        return Timing(seconds, self.compile_seconds, first, first_tokens, self.calibration_seconds)
 
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)
@@ -315,16 +333,15 @@ def generate(
       ``metrics.compile_seconds`` the compilation this call needed (0 for a seen shape).
     """
     run = Run.of(target, drafter, prompts, config, seed, mesh, buckets)
+    run.prepare()  # (first runs of new programs; adaptive widths' calibration)
     start = time.perf_counter()
     state = run.decode(run.start(), 1)
     first_lengths = jax.device_get(state.lengths)  # waits for the first step
     first = time.perf_counter() - start
-    state = run.calibrate(state)  # (adaptive widths, once per program)
     state = jax.block_until_ready(run.decode(state, UNLIMITED))
     seconds = time.perf_counter() - start
     first_tokens = int(np.sum((first_lengths - run.batch.lengths)[: run.batch.rows]))
-    timing = Timing(seconds, run.compile_seconds, first, first_tokens)
-    return run.result(state, timing)
+    return run.result(state, run.timing(seconds, first, first_tokens))
 
 
 class Stream:
@@ -350,6 +367,7 @@ class Stream:
 
     def __iter__(self) -> Iterator[list[list[int]]]:
         run = self._run
+        run.prepare()  # (first runs of new programs; adaptive widths' calibration)
         start = time.perf_counter()
         state = run.start()
         self._seen = np.asarray(run.batch.lengths).copy()
@@ -360,19 +378,11 @@ class Stream:
                 now = jax.device_get(state.lengths)
                 first = time.perf_counter() - start
                 first_tokens = int(np.sum((now - self._seen)[: run.batch.rows]))
-                if not run.calibrated:  # adaptive widths, once per program: each of its
-                    yield self._new(state)  # calls' tokens as they come
-                    if not self._done:
-                        for state in run.calibration_calls(state):  # noqa: B020
-                            yield self._new(state)
-                    if self._done:
-                        break
-                    continue
             yield self._new(state)
             if self._done:
                 break
         seconds = time.perf_counter() - start
-        self.result = run.result(state, Timing(seconds, run.compile_seconds, first, first_tokens))
+        self.result = run.result(state, run.timing(seconds, first, first_tokens))
 
     def _new(self, state: DecodeState) -> list[list[int]]:
         """Each row's ids committed since the last call (checked first: no garbage is yielded);

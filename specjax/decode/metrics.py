@@ -14,7 +14,9 @@
   an infinity or a negative entry: a broken drafter; the output stays the target's law, the
   table shows the row only when it is not 0);
 * time to first token (prefill plus the first step), decode tokens/s (the tokens after the first
-  step over the time after it) and compile time (0 when every program was compiled before),
+  step over the time after it), compile time (0 when every program was compiled before; with
+  the first run of a new program, which XLA makes slower) and the width calibration's time
+  (adaptive widths, once per program, before the timing: :mod:`specjax.decode.calibration`),
   each reported on its own.
 """
 
@@ -43,12 +45,15 @@ class Timing:
       compile_seconds: compilation this generation needed.
       time_to_first_token: prefill plus the first step.
       first_step_tokens: tokens the first step emitted (all rows).
+      calibration_seconds: the width calibration this generation needed, before its timing
+        (:mod:`specjax.decode.calibration`; once per program, like compilation).
     """
 
     seconds: float
     compile_seconds: float = 0.0
     time_to_first_token: float = float("nan")
     first_step_tokens: int = 0
+    calibration_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Metrics:
     speedup: float | None = None
 
     compile_seconds: float = 0.0
+    calibration_seconds: float = 0.0
     time_to_first_token: float = float("nan")
     decode_tokens_per_second: float = float("nan")
     decode_seconds: float = float("nan")
@@ -108,6 +114,7 @@ class Metrics:
             seconds=seconds,
             tokens_per_second=_rate(generated, seconds),
             compile_seconds=timing.compile_seconds,
+            calibration_seconds=timing.calibration_seconds,
             time_to_first_token=timing.time_to_first_token,
             decode_tokens_per_second=_rate(decode_tokens, decode_seconds),
             decode_seconds=decode_seconds,
@@ -161,7 +168,11 @@ class Metrics:
             vector("accepted_length_histogram"),
             total("target_forwards"),
             total("generated_tokens"),
-            Timing(total("seconds"), total("compile_seconds")),
+            Timing(
+                total("seconds"),
+                total("compile_seconds"),
+                calibration_seconds=total("calibration_seconds"),
+            ),
         )
         decode_seconds, decode_tokens = total("decode_seconds"), total("decode_tokens")
         width_steps: dict[int, int] = {}
@@ -213,6 +224,9 @@ class Metrics:
             rows.append(("time to first token", f"{self.time_to_first_token * 1e3:.1f} ms"))
             rows.append(("decode tokens/s", f"{self.decode_tokens_per_second:.1f}"))
         rows.append(("compile", f"{self.compile_seconds:.2f} s"))
+        if self.calibration_seconds:
+            once = f"{self.calibration_seconds:.2f} s (once per program)"
+            rows.append(("width calibration", once))
         if self.speedup is not None:
             rows.append(("speedup vs autoregressive", f"{self.speedup:.2f}x"))
         width = max(len(name) for name, _ in rows)

@@ -208,14 +208,11 @@ def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Ar
       accept: ``[B, L]`` per-position conditional acceptance estimates.
       hint: int ``[B]`` the most tokens the drafter can propose per row.
       widths: the static widths (each <= L).
-
-    NumPy inputs give a NumPy result (the host's own decisions compile nothing).
     """
-    xp = _namespace(accept)
-    reach = xp.cumprod(accept, axis=1)  # [B, L] P(positions 0..i all accepted)
-    cum = xp.concatenate([xp.zeros_like(reach[:, :1]), xp.cumsum(reach, axis=1)], axis=1)
-    w = xp.minimum(xp.asarray(widths, xp.int32)[None, :], hint[:, None])  # [B, W]
-    return xp.take_along_axis(cum, w, axis=1)
+    reach = jnp.cumprod(accept, axis=1)  # [B, L] P(positions 0..i all accepted)
+    cum = jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
+    w = jnp.minimum(jnp.asarray(widths, jnp.int32)[None, :], hint[:, None])  # [B, W]
+    return jnp.take_along_axis(cum, w, axis=1)
 
 
 def best_width(
@@ -224,18 +221,11 @@ def best_width(
     """``(gain [B, W], index [])``: the expected accepted tokens per row at each width for
     estimates ``accept [B, L]``, and the index of the width with the batch's best expected
     goodput ``sum_b (1 + gain[b, w]) / costs[w]`` over active rows, a drafting width held to
-    :data:`MARGIN` (ties: the smaller width). NumPy inputs give NumPy results."""
-    xp = _namespace(accept)
+    :data:`MARGIN` (ties: the smaller width)."""
     gain = expected_accepted(accept, hint, widths)  # [B, W]
-    margin = xp.where(xp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
-    goodput = xp.sum(xp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / (costs * margin)
-    return gain, xp.argmax(goodput).astype(xp.int32)
-
-
-def _namespace(x: Array):
-    """NumPy for a NumPy array (host code: eager jax.numpy would compile each operation the first
-    time, half a second for a width decision), else jax.numpy."""
-    return np if isinstance(x, np.ndarray) else jnp
+    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
+    goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / (costs * margin)
+    return gain, jnp.argmax(goodput).astype(jnp.int32)
 
 
 def could_pay(costs: Array, widths: tuple[int, ...]) -> Array:

@@ -51,6 +51,8 @@ class Scenario:
       prior: ``[L]`` the acceptance calibration hands over.
       spread: each generation's acceptance is ``accept`` shifted by a uniform draw in
         ``[-spread, spread]`` (prompts differ; the prior is the pair's mean over them).
+      catch_up: what each width-0 step before a drafting step adds to its switch (a model
+        draft feeding the tokens it missed), known to the controller as calibration books it.
     """
 
     accept: Callable[[int], list[float]]
@@ -58,11 +60,15 @@ class Scenario:
     switch: float
     prior: tuple[float, ...]
     spread: float = 0.0
+    catch_up: float = 0.0
 
 
 HEAD = (0.49, 0.53, 0.59)  # the SmolLM2 head at T = 0, over 770 forced drafting steps
 POOLED = (0.50, 0.47, 0.45)  # its drafting steps over 23 held-out prompts (fixed L = 3: block
 # efficiency 1.45-2.43 from prompt to prompt)
+SHAKESPEARE_T1 = (0.89, 0.88, 0.95, 0.89)  # its calibration's prior (2026-11-27); fixed L = 4
+# ran 1.16x autoregressive, the adaptive program forced to L = 4 1.21x
+SHAKESPEARE_T0 = (0.67, 0.79, 0.72, 0.99)  # fixed L = 4 ran 0.71-0.87x
 SCENARIOS = {
     "head (SmolLM2, CPU costs), true prior": Scenario(lambda t: HEAD, (1.0, 1.61), 0.08, HEAD),
     "head, one calibration round's prior": Scenario(
@@ -101,6 +107,15 @@ SCENARIOS = {
     "L=4, acceptance 0.88, cost 3.6, switch 2.4 (drafts pay 9%)": Scenario(
         lambda t: [0.88] * 4, (1.0, 3.6), 2.4, (0.88,) * 4
     ),
+    "L=4, Shakespeare T=1 as calibrated (acceptance 0.89-0.95, cost 3.2, switch 0.65)": Scenario(
+        lambda t: SHAKESPEARE_T1, (1.0, 3.2), 0.65, SHAKESPEARE_T1
+    ),
+    "L=4, Shakespeare T=1, its catch-up 0.03 per idle step": Scenario(
+        lambda t: SHAKESPEARE_T1, (1.0, 3.2), 0.0, SHAKESPEARE_T1, catch_up=0.03
+    ),
+    "L=4, Shakespeare T=0 (acceptance 0.67-0.99, cost 3.1), catch-up 0.03 per idle step": Scenario(
+        lambda t: SHAKESPEARE_T0, (1.0, 3.1), 0.0, SHAKESPEARE_T0, catch_up=0.03
+    ),
 }
 
 
@@ -123,19 +138,21 @@ def simulate(s: Scenario, seed: int, tokens: int, step) -> tuple[float, float, i
         jnp.int32(widths.AUTO),
         jnp.asarray(s.prior, jnp.float32),
         jnp.float32(s.switch),
+        jnp.float32(s.catch_up),
     )
     control = widths.WidthControl.init(1, l_len, (0, l_len), jax.random.key(0))
     rng = np.random.default_rng(seed)
     shift = rng.uniform(-s.spread, s.spread) if s.spread else 0.0
     accept = lambda t: [float(np.clip(p + shift, 0.0, 1.0)) for p in s.accept(t)]
     rng = np.random.default_rng(seed)
-    made, spent, last, drafting = 0, 0.0, 0, 0
+    made, spent, last, drafting, idle = 0, 0.0, 0, 0, 0
     while made < tokens:
         index, control, tau = step(control, policy, rng, accept(made))
         made += 1 + tau
-        spent += 1.0 if index == 0 else s.costs[1] + (s.switch if last == 0 else 0.0)
+        switch = s.switch + s.catch_up * idle if last == 0 else 0.0
+        spent += 1.0 if index == 0 else s.costs[1] + switch
         drafting += index > 0
-        last = index
+        last, idle = index, idle + 1 if index == 0 else 0
     rng = np.random.default_rng(seed)
     made_fixed, steps = 0, 0
     while made_fixed < tokens:

@@ -72,7 +72,9 @@ def test_a_generation_calibrates_before_its_timing_on_a_scratch_it_refills(model
     again = generate(target, PROMPTS, cfg, drafter)
     assert again.tokens == first.tokens and again.metrics.calibration_seconds == 0.0
     assert run.costs[0] == 1.0 and np.all(run.costs[1:] >= 1.0)
-    assert run.switch >= 0.0 and np.all((run.prior > 0.0) & (run.prior < 1.0)), run.prior
+    switch, catch_up = run.switch  # a model draft: its switch booked per width-0 step
+    assert switch == 0.0 and catch_up >= 0.0, run.switch
+    assert np.all((run.prior > 0.0) & (run.prior < 1.0)), run.prior
 
 
 def test_acceptance_counts_what_the_drafts_reached_and_costs_pair_their_rounds():
@@ -102,6 +104,20 @@ def test_acceptance_counts_what_the_drafts_reached_and_costs_pair_their_rounds()
     np.testing.assert_allclose(record.costs, [1.0, 3.0], rtol=1e-6)
     record.seconds = [[1.0], [0.9]]  # noise: drafting cheaper than one token is not believed
     assert record.costs is None
+
+
+def test_a_model_drafts_switch_is_booked_per_width0_step_it_missed(models):  # noqa: F811
+    """A model draft feeds every token it missed at width 0 when it drafts again: its switch,
+    measured after a run of width-0 steps, is booked per step of that run (``catch_up``), so
+    the controller prices a probe after a long run as such. A feature draft's few pending
+    tokens, and the change of loop, cost the same after any run: a switch of its own."""
+    record = Calibration.empty(2, 3)
+    record.seconds = [[0.5, 0.5, 0.5], [2.0, 2.0, 2.0]]
+    record.switch, record.switch_idle = [1.0, 0.8, 1.2], [40, 50, 60]  # 2 width-0 steps
+    assert record.switch_costs(grows=False) == (2.0, 0.0)
+    assert record.switch_costs(grows=True) == (0.0, 2.0 / 50)
+    draft = ModelDrafter(models[1], num_paths=1, draft_len=3, sampling=GREEDY)
+    assert adaptive.catch_up_grows(draft) and not adaptive.catch_up_grows(NgramDrafter(8))
 
 
 def test_a_row_starts_from_the_pairs_prior():

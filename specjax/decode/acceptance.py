@@ -143,6 +143,18 @@ def learns(config, drafter) -> bool:
     )
 
 
+def teach(run, before, after) -> bool:
+    """Adds the drafting steps between two :class:`~specjax.decode.state.StepStats` (host
+    copies; ``before`` None: from the start) of ``run`` (a :class:`~specjax.decode.loop.Run`)
+    to its pair's counts, where generations teach them (:func:`learns`) and the run's program
+    keeps a calibration; returns whether it did."""
+    record = run.calibration()
+    if record is None or not learns(run.config, run.drafter):
+        return False
+    record.pair.count(before, after)
+    return True
+
+
 def _ref(leaves: list):
     """A weak reference to the first of ``leaves`` (a callable giving it, or None once freed;
     a leaf that takes no weak reference, or none, is held as it is)."""

@@ -57,6 +57,13 @@ def free_look(drafter) -> bool:
     return hasattr(drafter, "hint")
 
 
+def catch_up_grows(drafter) -> bool:
+    """Whether the drafter's catch-up after width-0 steps grows with them (a model draft feeds
+    every token it missed, :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`; a feature
+    draft flushes its few pending tokens as it goes, an n-gram drafter has nothing to feed)."""
+    return bool(getattr(drafter, "idle_catch_up", False))
+
+
 def choose_width(
     drafter, state: DecodeState, config: DecodeConfig, policy: width_control.Policy
 ) -> tuple[Array, DecodeState]:

@@ -259,7 +259,8 @@ class ContinuousBatch:
             counters = finished_rows(state, finished) if finished else None
             if counters is not None:
                 check_target(counters.stats)  # a broken target ends the run, no garbage out
-                _learn(run, counters.stats)
+                # Their whole generations, calibration's forced steps on them included.
+                acceptance.teach(run, None, counters.stats)
             for j, slot in enumerate(finished):
                 index, request = holder[slot]
                 holder[slot] = None
@@ -358,15 +359,6 @@ class ContinuousBatch:
         program = PROGRAMS.insert(args, sizes, self.config, self.mesh, run.draft_tp)
         compile_seconds = time.perf_counter() - start
         return program(*args), compile_seconds
-
-
-def _learn(run: Run, stats) -> None:
-    """Adds finished rows' drafting steps (their whole generations, calibration's forced steps
-    on them included) to the pair's acceptance, where generations teach it
-    (:func:`~specjax.decode.acceptance.learns`)."""
-    record = run.calibration()
-    if record is not None and acceptance.learns(run.config, run.drafter):
-        record.pair.count(None, stats)
 
 
 def _length(prompt) -> int:

@@ -13,7 +13,9 @@ forced at each width:
   ones of :data:`SLOW_REPEATS` (one for a drafter with a free look at its proposals).
 * **what a probe costs beyond its step**: a drafting step right after a run of width-0 steps
   against one right after a drafting step (the draft catching up the tokens it missed, and the
-  change of loop), in width-0 steps (:attr:`Calibration.switch_cost`).
+  change of loop), in width-0 steps (:meth:`Calibration.switch_costs`). A model draft's
+  catch-up grows with the width-0 steps it missed (one forward per ``CATCH_UP`` tokens): its
+  switch is booked per width-0 step, so a probe after a long idle run is priced as such.
 
 ``generate`` and ``Stream`` calibrate before their timing starts, on a scratch prefill of their
 own prompts that they then discard (refilled if its rows finish first), so the time is reported
@@ -91,6 +93,7 @@ class Calibration:
     seconds: list[list[float]]
     pair: Acceptance
     switch: list[float] = dataclasses.field(default_factory=list)
+    switch_idle: list[int] = dataclasses.field(default_factory=list)
     pilot: float | None = None
     warm: bool = False
     done: bool = False
@@ -133,6 +136,16 @@ class Calibration:
         if not self.switch or not self.seconds[0]:
             return 0.0
         return float(max(np.median(self.switch), 0.0) / np.median(self.seconds[0]))
+
+    def switch_costs(self, grows: bool) -> tuple[float, float]:
+        """``(switch, catch_up)`` for :class:`~specjax.decode.widths.Policy`: the switch in
+        width-0 steps, all of it per width-0 step missed (over the :attr:`switch_idle` steps
+        before each estimate) for a drafter whose catch-up ``grows`` with them (a model
+        draft); else a switch of its own."""
+        if not grows:
+            return self.switch_cost, 0.0
+        idle = float(np.median(self.switch_idle)) if self.switch_idle else 0.0
+        return 0.0, (self.switch_cost / idle if idle > 0 else 0.0)
 
     @property
     def prior(self) -> np.ndarray:
@@ -230,7 +243,7 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
     look = adaptive.free_look(run.drafter)
     repeats = REPEATS if per_step * low < SECONDS else 1 if look else SLOW_REPEATS
     per_width = record.seconds
-    after_idle = False  # whether the latest call was a run of width-0 steps
+    after_idle, idle_steps = False, 0  # whether the latest calls were width-0 steps, how many
     for _ in range(2 * repeats):  # rounds (a timing swamped by noise gives no estimate)
         if min(map(len, per_width)) >= repeats:
             break
@@ -250,8 +263,9 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
                 again, n_again = timed(1, i)
                 if n_short == n_again == 1:
                     record.switch.append(short - again)
+                    record.switch_idle.append(idle_steps)
                 if stopped:
                     return state
-            after_idle = i == 0
+            after_idle, idle_steps = i == 0, n_short + n_long  # (the idle run's length if so)
     record.done = True
     return state

@@ -159,10 +159,9 @@ class Run:
         :class:`~specjax.decode.state.StepStats`, a host copy) to the pair's acceptance, where
         generations teach it (:func:`~specjax.decode.acceptance.learns`), then what its scratch
         calibration saw (held back until now: :func:`~specjax.decode.calibration.calibrate`)."""
-        record = self.calibration()
-        if record is not None and acceptance.learns(self.config, self.drafter):
-            record.pair.count(self.counted, stats)
+        if acceptance.teach(self, self.counted, stats):
             self.counted = stats
+        record = self.calibration()
         if record is not None and self.pending is not None:
             record.pair.add(self.pending)
         self.pending = None
@@ -192,11 +191,12 @@ class Run:
         return record.prior
 
     @property
-    def switch(self) -> float:
-        """What a probe costs beyond its step, in width-0 steps (measured with the costs; 0
-        where costs are given)."""
+    def switch(self) -> tuple[float, float]:
+        """What a probe costs beyond its step, in width-0 steps: ``(switch, catch_up per
+        width-0 step)`` (:meth:`Calibration.switch_costs`; zeros where costs are given)."""
         record = None if self.config.width_costs else self.calibration()
-        return 0.0 if record is None else record.switch_cost
+        grows = adaptive.catch_up_grows(self.drafter)
+        return (0.0, 0.0) if record is None else record.switch_costs(grows)
 
     @property
     def calibrated(self) -> bool:
@@ -239,12 +239,11 @@ class Run:
         settled = ("settled", force)
         if settled in self._policies:
             return self._policies[settled]
-        costs, prior, switch = self.costs, self.prior, np.float32(self.switch)
-        key = (costs.tobytes(), prior.tobytes(), float(switch), force)
+        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
+        key = (costs.tobytes(), prior.tobytes(), switch, catch_up, force)
         if key not in self._policies:
-            self._policies[key] = widths.Policy(
-                *map(self.put_scalar, (costs, np.int32(force), prior, switch))
-            )
+            inputs = (costs, np.int32(force), prior, np.float32(switch), np.float32(catch_up))
+            self._policies[key] = widths.Policy(*map(self.put_scalar, inputs))
         if self.calibrated:
             self._policies[settled] = self._policies[key]
         return self._policies[key]

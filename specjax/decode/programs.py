@@ -54,7 +54,8 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
     if state.control is not None:  # per-row estimates over rows; the batch's scalars replicated
         replicated = NamedSharding(mesh, PartitionSpec())
         control = jax.tree.map(lambda _: replicated, state.control)
-        per_row = {k: rows(getattr(state.control, k)) for k in ("accept", "seen", "level")}
+        per_row = ("accept", "seen", "level", "suspect", "before", "held")
+        per_row = {k: rows(getattr(state.control, k)) for k in per_row}
         fields["control"] = dataclasses.replace(control, **per_row)
 
     def cache_layout(tensor_parallel: bool) -> KVCache:
@@ -341,6 +342,7 @@ def _policy_shape(config: DecodeConfig, sharding, state) -> widths.Policy | None
         shape((len(config.widths),), np.float32),
         shape((), np.int32),
         shape((draft_len,), np.float32),
+        shape((), np.float32),
         shape((), np.float32),
     )
 

@@ -14,7 +14,8 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
   from the verdicts of *earlier* steps. For a drafter without a free look at its proposals the
   choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
   started at the pair's prior, that the fast one resets when it departs from it by more than
-  its own noise (:data:`CHANGE`), so a run of rejections at the row's usual acceptance does not
+  its own noise (:data:`CHANGE`; downwards only when the next verdict confirms it), so a run of
+  rejections at the row's usual acceptance does not
   stop a draft that pays, and a change of regime does within a few steps (:data:`BONUS`, off as
   shipped, would lift a level below the prior by a standard error of the row's observations);
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
@@ -28,9 +29,13 @@ It maximises the batch's expected goodput ``sum_b (1 + E_b[accepted | w]) / cost
 ``E_b[accepted | w] = sum_{j <= min(w, hint_b)} prod_{i <= j} accept[b, i]``. After
 ``PROBE`` steps at width 0 it tries the smallest non-zero width once, so a draft whose acceptance
 recovers is noticed; the wait doubles after each probe until the estimates choose to draft, and
-is at least long enough for the probe's expected loss to be :data:`EXPLORE` of it. Drafters
-whose first proposal is checked for free at width 0 (n-gram lookup) need no probes, and none is
-made where even a fully accepted draft would not pay for its step (:func:`could_pay`). The
+is at least long enough for the probe's expected loss to be :data:`EXPLORE` of it (a model
+draft's catch-up, :attr:`Policy.catch_up`, makes a probe dearer with every step it waits). A
+stop of the controller's own right after a change of regime is checked by one probe ``PROBE``
+steps later whatever it costs, and undone where the probe accepts (:attr:`WidthControl.held`).
+Drafters whose first proposal is checked for free at width 0 (n-gram lookup) need no probes,
+and none is made where even a fully accepted draft would not pay for its step
+(:func:`could_pay`). The
 choice is one scalar for the whole batch (a reduction over rows), so under a mesh every device
 takes the same branch.
 
@@ -63,9 +68,16 @@ SLOW, PRIOR_WEIGHT, CHANGE = 1 / 32, 8, 2.0
 """The level (:attr:`WidthControl.level`): weight of the newest observation, observations the
 prior counts as, and how many standard deviations of a fast average at the level's acceptance
 (``sqrt(p (1 - p) RATE / (2 - RATE))``) the fast average must depart by for the level to
-follow it at once. At acceptance 0.5 that is five rejections in a row from the level, where
-three used to stop drafting (simulated in BENCHMARKS.md: the SmolLM2 head kept 88% of fixed
-drafting's speed before and 96% after, and a drop of acceptance is followed as before)."""
+follow it at once: upwards at the first such verdict, downwards only when the next verdict at
+that position is a rejection too (:attr:`WidthControl.suspect`). At acceptance 0.5 that is six
+rejections in a row from the level, where three used to stop drafting (simulated in
+BENCHMARKS.md: the SmolLM2 head kept 88% of fixed drafting's speed before and 96% after, and a
+drop of acceptance is followed as before). At 0.9 it is three: the second rejection in a row
+departs by 2 standard deviations, but at such an acceptance the moving average's law is
+skewed and two rejections come once in a hundred verdicts; followed at once, each stopped the
+Shakespeare pair's drafting at T = 1 for the rest of a generation (probes are rare where a
+drafting step costs three one-token steps), and it kept 94.5% of fixed drafting's speed in
+simulation instead of 99.0% with the confirmation."""
 
 BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
@@ -112,8 +124,23 @@ class WidthControl:
         the prior is one pseudo-observation, so a good draft is believed after a few probes).
       level: float32 ``[B, L]`` the slow average of the same observations (:data:`SLOW`; the
         prior weighs :data:`PRIOR_WEIGHT` observations), set to ``accept`` where the two part
-        by more than :data:`CHANGE` standard deviations; what the choice reads for a drafter
-        without a free look.
+        by more than :data:`CHANGE` standard deviations (downwards: twice in a row, see
+        ``suspect``); what the choice reads for a drafter without a free look.
+      suspect: bool ``[B, L]`` a rejection took ``accept`` below the level by more than
+        :data:`CHANGE` standard deviations; the level follows it down only if the next
+        verdict at that position is a rejection that keeps it there (a confirmed drop).
+      before: float32 ``[B, L]`` the level before the latest drafting step's verdicts.
+      held: float32 ``[B, L]`` where the controller stopped drafting by its own choice right
+        after a change of regime took a level down (:data:`CHANGE`), the level before the
+        verdicts that stopped it (``before``; -1: none): a probe comes :data:`PROBE` width-0
+        steps later whatever it costs (a *check*), and where it accepts a position, both
+        averages return to ``held`` (the drop was a run of bad luck, and this row would
+        otherwise wait for probes that a model draft's catch-up makes rarer the longer it
+        waits). The next drafting step clears it. (A level that sank step by step to its
+        stop is not checked: from an optimistic prior, checks that undid such stops kept a
+        pair whose drafts lose drafting.)
+      probed: bool ``[]`` whether the latest step was a probe (whose return to width 0 is no
+        stop of the controller's own).
       idle: int32 ``[]`` consecutive width-0 steps.
       probe_after: int32 ``[]`` width-0 steps before the next probe (doubling after each).
       wait: int32 ``[]`` width-0 steps before the next probe, at least ``probe_after`` and long
@@ -132,6 +159,10 @@ class WidthControl:
     accept: Array
     seen: Array
     level: Array
+    suspect: Array
+    before: Array
+    held: Array
+    probed: Array
     idle: Array
     probe_after: Array
     wait: Array
@@ -152,6 +183,10 @@ class WidthControl:
             accept=prior,
             seen=jnp.zeros((batch, draft_len), jnp.int32),
             level=prior,
+            suspect=jnp.zeros((batch, draft_len), bool),
+            before=prior,
+            held=jnp.full((batch, draft_len), -1.0, jnp.float32),
+            probed=jnp.bool_(False),
             idle=jnp.int32(0),
             probe_after=jnp.int32(PROBE),
             wait=jnp.int32(PROBE),
@@ -177,13 +212,18 @@ class Policy:
         draft position (:func:`default_prior` when None; ``Run.calibrate`` measures the pair's
         own while it measures the costs).
       switch: float32 ``[]`` what a step at ``widths[1]`` right after width-0 steps costs
-        beyond its step, in width-0 steps (a model draft's catch-up; 0 when None).
+        beyond its step, in width-0 steps (the change of loop; a feature draft's catch-up of
+        its few pending tokens; 0 when None).
+      catch_up: float32 ``[]`` what each width-0 step since the last drafting step adds to
+        that, in width-0 steps: a model draft's cache falls behind by one token per width-0
+        step and the next drafting step feeds what it missed (0 when None).
     """
 
     costs: Array
     force: Array
     prior: Array | None = None
     switch: Array | None = None
+    catch_up: Array | None = None
 
 
 def default_prior(draft_len: int) -> np.ndarray:
@@ -271,11 +311,12 @@ def choose(
     costs = policy.costs
     if probe and policy.switch is not None:  # after width 0, drafting pays the switch too
         switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [W]
-        costs = costs + jnp.where(switching, policy.switch, 0.0)
+        costs = costs + jnp.where(switching, _switch(policy, control.idle), 0.0)
     gain, best = best_width(estimate, costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))
     loss_wait = _loss_wait(gain, policy, active, widths)
-    wait = jnp.maximum(control.probe_after, loss_wait)
+    recheck = jnp.any(active[:, None] & (control.held >= 0))  # a stop to check: probe soon
+    wait = jnp.where(recheck, PROBE, jnp.maximum(control.probe_after, loss_wait))
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
     probing = probing & probe & (len(widths) > 1) & could_pay(policy.costs, widths)
     auto = jnp.where(probing, 1, best)
@@ -291,24 +332,50 @@ def choose(
     width = jnp.asarray(widths, jnp.int32)[index]
     idle = jnp.where(width == 0, control.idle + 1, 0)
     after = jnp.where(policy.force == AUTO, after, control.probe_after).astype(jnp.int32)
-    wait = jnp.maximum(after, loss_wait)
+    held = control.held
+    if probe:  # a change of regime stopped the drafting: check it after PROBE steps
+        stop = (control.last > 0) & ~control.probed & (width == 0) & (policy.force == AUTO)
+        noise = jnp.sqrt(jnp.clip(control.before * (1.0 - control.before), 0.01, 0.25) * RATE)
+        dropped = control.before - control.level > CHANGE * noise / jnp.sqrt(2.0 - RATE)
+        check = stop & active & jnp.any(dropped, axis=1)  # [B]
+        held = jnp.where(check[:, None], control.before, held)
+    recheck = jnp.any(active[:, None] & (held >= 0)) & ~probing
+    wait = jnp.where(recheck, PROBE, jnp.maximum(after, loss_wait))
+    probed = probing & (policy.force == AUTO)
     return index, dataclasses.replace(
-        control, idle=idle.astype(jnp.int32), probe_after=after, wait=wait, key=key
+        control,
+        idle=idle.astype(jnp.int32),
+        probe_after=after,
+        wait=wait,
+        key=key,
+        held=held,
+        probed=probed,
     )
 
 
+def _switch(policy: Policy, idle: Array) -> Array:
+    """float32 ``[]`` what a drafting step after ``idle`` width-0 steps costs beyond its step, in
+    width-0 steps: :attr:`Policy.switch` and :attr:`Policy.catch_up` per width-0 step."""
+    switch = 0.0 if policy.switch is None else policy.switch
+    rate = 0.0 if policy.catch_up is None else policy.catch_up
+    return switch + rate * idle.astype(jnp.float32)
+
+
 def _loss_wait(gain: Array, policy: Policy, active: Array, widths: tuple[int, ...]) -> Array:
-    """int32 ``[]`` width-0 steps a probe at ``widths[1]`` must wait for its expected loss to be
-    at most :data:`EXPLORE` of them: the loss is its cost and :attr:`Policy.switch`, in width-0
-    steps, less the ``1 + E[accepted]`` tokens the estimates expect (``gain [B, W]``, mean
-    over active rows)."""
+    """int32 ``[]`` width-0 steps ``w`` a probe at ``widths[1]`` must wait for its expected loss
+    to be at most :data:`EXPLORE` of them: the loss is its cost and its switch after ``w``
+    width-0 steps (:func:`_switch`), in width-0 steps, less the ``1 + E[accepted]`` tokens the
+    estimates expect (``gain [B, W]``, mean over active rows). Where each width-0 step adds
+    :data:`EXPLORE` or more to the switch (:attr:`Policy.catch_up`), no wait is long enough."""
     if len(widths) < 2:
         return jnp.int32(0)
     rows = jnp.maximum(jnp.sum(active), 1)
     expected = jnp.sum(jnp.where(active, gain[:, 1], 0.0)) / rows
-    switch = 0.0 if policy.switch is None else policy.switch
-    loss = policy.costs[1] / policy.costs[0] + switch - (1.0 + expected)
-    return jnp.ceil(jnp.clip(loss / EXPLORE, 0.0, 1e6)).astype(jnp.int32)
+    loss = policy.costs[1] / policy.costs[0] + _switch(policy, jnp.int32(0)) - (1.0 + expected)
+    rate = 0.0 if policy.catch_up is None else policy.catch_up
+    budget = EXPLORE - rate  # what each width-0 step of waiting earns towards the probe's loss
+    steps = jnp.where(budget > 0.0, jnp.maximum(loss, 0.0) / budget, 1e6)
+    return jnp.ceil(jnp.clip(steps, 0.0, 1e6)).astype(jnp.int32)
 
 
 def observe(
@@ -337,13 +404,28 @@ def observe(
     level = jnp.where(seen, control.level + slow * (hit - control.level), control.level)
     noise = jnp.sqrt(jnp.clip(level * (1.0 - level), 0.01, 0.25) * RATE / (2.0 - RATE))
     changed = seen & (control.seen >= 3) & (jnp.abs(accept - level) > CHANGE * noise)
-    level = jnp.where(changed, accept, level)  # a change of regime: the level follows at once
+    down = changed & (accept < level) & (hit == 0.0)  # a rejection that departs downwards
+    confirmed = down & control.suspect  # and the one before it at this position did too
+    suspect = jnp.where(seen, down & ~control.suspect, control.suspect)
+    # A change of regime: the level follows at once upwards, and downwards once confirmed.
+    level = jnp.where((changed & (accept > level)) | confirmed, accept, level)
+    # A stop held since the row's previous drafting step: an accepted verdict undoes it.
+    held = control.held
+    undone = seen & (hit > 0) & (held >= 0)  # both averages return to before the stop
+    level = jnp.where(undone, jnp.maximum(level, held), level)
+    accept = jnp.where(undone, jnp.maximum(accept, held), accept)
+    drafted = (active & (proposed > 0))[:, None]  # [B, 1] a drafting step settles the check
+    held = jnp.where(drafted, -1.0, held)
+    before = jnp.where(drafted, control.level, control.before)
     counted = jnp.any(active).astype(jnp.int32)
     steps = control.steps.at[index].add(counted)
     return dataclasses.replace(
         control,
         accept=accept,
         level=level,
+        suspect=suspect,
+        before=before,
+        held=held,
         seen=control.seen + seen.astype(jnp.int32),
         steps=steps,
         last=index,

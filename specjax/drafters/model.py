@@ -72,6 +72,7 @@ class ModelDrafter:
         return self.model.config.max_seq_len
 
     greedy_only = False  # sampled paths: exact at any temperature
+    idle_catch_up = True  # after width-0 steps the next draft feeds what it missed (catch_up)
 
     @property
     def tensor_parallel(self) -> bool:

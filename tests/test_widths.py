@@ -298,14 +298,8 @@ def test_controller_choices():
     # steps, each probe paying a drafting step, the draft's catch-up and a switch): only
     # estimates that choose drafting do (here: 1 + 3 accepted at cost 3 beats width 0 once,
     # but the settled estimates still favour width 0).
-    waited = bad.__class__(  # (the latest step a probe: its end is no stop to check)
-        **{
-            **bad.__dict__,
-            "probe_after": jnp.int32(64),
-            "seen": jnp.full((3, 4), 99),
-            "probed": jnp.bool_(True),
-        }
-    )
+    waited = {"probe_after": jnp.int32(64), "probed": jnp.bool_(True), "seen": 99 + bad.seen}
+    waited = bad.__class__(**{**bad.__dict__, **waited})  # (a probe's end is no stop to check)
     dear = W.Policy(jnp.asarray([1.0, 3.0, 5.0]), jnp.int32(W.AUTO))
     three = jnp.asarray([3, 3, 3])
     for accepted in (three, jnp.asarray([0, 0, 0])):

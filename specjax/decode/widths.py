@@ -53,13 +53,17 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from specjax.decode import probes
+from specjax.decode.probes import EXPLORE, PROBE, PROBE_MAX  # noqa: F401 (part of this API)
+from specjax.decode.width_priors import (  # noqa: F401 (part of this module's API)
+    PRIOR,
+    PRIOR_LATER,
+    default_prior,
+    guess_costs,
+    prior_from_counts,
+)
 from specjax.typing import Array, PRNGKey
-
-PRIOR, PRIOR_LATER = 0.5, 0.35
-"""Initial acceptance estimates: of the first draft position, and of each later one given the
-earlier ones (cautious: a later position is only observed when a step reaches it)."""
 
 RATE = 0.25
 """Weight of the newest observation in the moving average."""
@@ -68,16 +72,12 @@ SLOW, PRIOR_WEIGHT, CHANGE = 1 / 32, 8, 2.0
 """The level (:attr:`WidthControl.level`): weight of the newest observation, observations the
 prior counts as, and how many standard deviations of a fast average at the level's acceptance
 (``sqrt(p (1 - p) RATE / (2 - RATE))``) the fast average must depart by for the level to
-follow it at once: upwards at the first such verdict, downwards only when the next verdict at
-that position is a rejection too (:attr:`WidthControl.suspect`). At acceptance 0.5 that is six
-rejections in a row from the level, where three used to stop drafting (simulated in
-BENCHMARKS.md: the SmolLM2 head kept 88% of fixed drafting's speed before and 96% after, and a
-drop of acceptance is followed as before). At 0.9 it is three: the second rejection in a row
-departs by 2 standard deviations, but at such an acceptance the moving average's law is
-skewed and two rejections come once in a hundred verdicts; followed at once, each stopped the
-Shakespeare pair's drafting at T = 1 for the rest of a generation (probes are rare where a
-drafting step costs three one-token steps), and it kept 94.5% of fixed drafting's speed in
-simulation instead of 99.0% with the confirmation."""
+follow it: upwards at once, downwards when the next verdict at that position confirms it
+(:attr:`WidthControl.suspect`). From 0.5 that is six rejections in a row (the SmolLM2 head
+kept 88% of fixed drafting's speed when three stopped it, 96% after); from 0.9, three: two
+already depart by 2 standard deviations there, yet come once in a hundred verdicts, and
+followed at once they stopped the Shakespeare pair at T = 1 for good (simulated: 94.5% of
+fixed drafting, 99.0% with the confirmation; BENCHMARKS.md, session 13)."""
 
 BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
@@ -91,16 +91,6 @@ But where calibration puts a pair whose drafts lose just above its break-even (S
 T = 1: fixed drafting 0.95x), the lift pulled rows back into drafting, each time after idle
 steps and so paying the draft's catch-up: 0.77x autoregressive instead of 1.05x. Until the lift
 knows how much the pair's rows differ, it stays off (BENCHMARKS.md, session 11)."""
-
-PROBE, PROBE_MAX = 8, 128
-"""Width-0 steps after which the smallest non-zero width is tried once; the wait doubles after
-each probe (up to ``PROBE_MAX``) until the controller chooses to draft by itself again (a
-probe also waits for :data:`EXPLORE`)."""
-
-EXPLORE = 0.01
-"""The share of width-0 time probes may lose: a probe waits until its expected loss (its step's
-cost and :attr:`Policy.switch` beyond the tokens the estimates expect of it) is at most this
-share of the width-0 steps since the last one."""
 
 MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
@@ -226,21 +216,6 @@ class Policy:
     catch_up: Array | None = None
 
 
-def default_prior(draft_len: int) -> np.ndarray:
-    """``[L]`` the acceptance estimates of a pair nothing is known about: :data:`PRIOR` for the
-    first draft position, :data:`PRIOR_LATER` for the others."""
-    return np.asarray([PRIOR] + [PRIOR_LATER] * (draft_len - 1), np.float32)
-
-
-def prior_from_counts(accepted: np.ndarray, reached: np.ndarray, weight: float = 2.0) -> np.ndarray:
-    """``[L]`` acceptance estimates from counts of draft positions accepted out of those reached
-    (proposed, every earlier position accepted), shrunk towards :func:`default_prior` as if it
-    had been seen ``weight`` times (a position reached a few times says little)."""
-    accepted, reached = np.asarray(accepted, np.float64), np.asarray(reached, np.float64)
-    prior = default_prior(len(accepted))
-    return ((accepted + weight * prior) / (reached + weight)).astype(np.float32)
-
-
 def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Array:
     """``[B, W]`` expected accepted draft tokens per row at each width.
 
@@ -311,10 +286,10 @@ def choose(
     costs = policy.costs
     if probe and policy.switch is not None:  # after width 0, drafting pays the switch too
         switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [W]
-        costs = costs + jnp.where(switching, _switch(policy, control.idle), 0.0)
+        costs = costs + jnp.where(switching, probes.switch_cost(policy, control.idle), 0.0)
     gain, best = best_width(estimate, costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))
-    loss_wait = _loss_wait(gain, policy, active, widths)
+    loss_wait = probes.loss_wait(gain, policy, active, widths)
     recheck = jnp.any(active[:, None] & (control.held >= 0))  # a stop to check: probe soon
     wait = jnp.where(recheck, PROBE, jnp.maximum(control.probe_after, loss_wait))
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
@@ -351,31 +326,6 @@ def choose(
         held=held,
         probed=probed,
     )
-
-
-def _switch(policy: Policy, idle: Array) -> Array:
-    """float32 ``[]`` what a drafting step after ``idle`` width-0 steps costs beyond its step, in
-    width-0 steps: :attr:`Policy.switch` and :attr:`Policy.catch_up` per width-0 step."""
-    switch = 0.0 if policy.switch is None else policy.switch
-    rate = 0.0 if policy.catch_up is None else policy.catch_up
-    return switch + rate * idle.astype(jnp.float32)
-
-
-def _loss_wait(gain: Array, policy: Policy, active: Array, widths: tuple[int, ...]) -> Array:
-    """int32 ``[]`` width-0 steps ``w`` a probe at ``widths[1]`` must wait for its expected loss
-    to be at most :data:`EXPLORE` of them: the loss is its cost and its switch after ``w``
-    width-0 steps (:func:`_switch`), in width-0 steps, less the ``1 + E[accepted]`` tokens the
-    estimates expect (``gain [B, W]``, mean over active rows). Where each width-0 step adds
-    :data:`EXPLORE` or more to the switch (:attr:`Policy.catch_up`), no wait is long enough."""
-    if len(widths) < 2:
-        return jnp.int32(0)
-    rows = jnp.maximum(jnp.sum(active), 1)
-    expected = jnp.sum(jnp.where(active, gain[:, 1], 0.0)) / rows
-    loss = policy.costs[1] / policy.costs[0] + _switch(policy, jnp.int32(0)) - (1.0 + expected)
-    rate = 0.0 if policy.catch_up is None else policy.catch_up
-    budget = EXPLORE - rate  # what each width-0 step of waiting earns towards the probe's loss
-    steps = jnp.where(budget > 0.0, jnp.maximum(loss, 0.0) / budget, 1e6)
-    return jnp.ceil(jnp.clip(steps, 0.0, 1e6)).astype(jnp.int32)
 
 
 def observe(
@@ -430,11 +380,6 @@ def observe(
         steps=steps,
         last=index,
     )
-
-
-def guess_costs(widths: tuple[int, ...], num_paths: int, per_token: float = 0.1) -> np.ndarray:
-    """Relative step costs before calibration: ``1 + per_token · K · w`` (a rough CPU figure)."""
-    return np.asarray([1.0 + per_token * num_paths * w for w in widths], np.float32)
 
 
 def check_widths(widths: tuple[int, ...], draft_len: int) -> None:

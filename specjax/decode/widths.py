@@ -310,8 +310,7 @@ def choose(
     held = control.held
     if probe:  # a change of regime stopped the drafting: check it after PROBE steps
         stop = (control.last > 0) & ~control.probed & (width == 0) & (policy.force == AUTO)
-        noise = jnp.sqrt(jnp.clip(control.before * (1.0 - control.before), 0.01, 0.25) * RATE)
-        dropped = control.before - control.level > CHANGE * noise / jnp.sqrt(2.0 - RATE)
+        dropped = control.before - control.level > CHANGE * _noise(control.before)
         check = stop & active & jnp.any(dropped, axis=1)  # [B]
         held = jnp.where(check[:, None], control.before, held)
     recheck = jnp.any(active[:, None] & (held >= 0)) & ~probing
@@ -326,6 +325,12 @@ def choose(
         held=held,
         probed=probed,
     )
+
+
+def _noise(level: Array) -> Array:
+    """The standard deviation of the fast average (:data:`RATE`) of verdicts accepted with
+    probability ``level`` (clipped away from 0 and 1), what :data:`CHANGE` counts in."""
+    return jnp.sqrt(jnp.clip(level * (1.0 - level), 0.01, 0.25) * RATE / (2.0 - RATE))
 
 
 def observe(
@@ -352,8 +357,7 @@ def observe(
     accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
     slow = jnp.maximum(SLOW, 1.0 / (control.seen + 1 + PRIOR_WEIGHT).astype(jnp.float32))
     level = jnp.where(seen, control.level + slow * (hit - control.level), control.level)
-    noise = jnp.sqrt(jnp.clip(level * (1.0 - level), 0.01, 0.25) * RATE / (2.0 - RATE))
-    changed = seen & (control.seen >= 3) & (jnp.abs(accept - level) > CHANGE * noise)
+    changed = seen & (control.seen >= 3) & (jnp.abs(accept - level) > CHANGE * _noise(level))
     down = changed & (accept < level) & (hit == 0.0)  # a rejection that departs downwards
     confirmed = down & control.suspect  # and the one before it at this position did too
     suspect = jnp.where(seen, down & ~control.suspect, control.suspect)

@@ -29,6 +29,7 @@ setup(
         "train": ["matplotlib>=3.8"],
         "dev": [
             "pytest>=8.0",
+            "pytest-xdist>=3.5",  # the default tier runs on every core (pyproject addopts)
             "scipy>=1.11",
             "ruff>=0.6",
             # tests/test_notebooks.py runs the colab/ notebooks (the [notebooks] extra).

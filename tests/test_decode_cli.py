@@ -17,6 +17,7 @@ import pytest
 
 from specjax import config_files
 from specjax.cli import decode as runner
+from tests.test_sharding import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -203,7 +204,7 @@ def test_a_peer_that_never_starts_is_one_error_within_the_timeout():
     out = cli(
         "--config",
         "configs/tiny_random.py",
-        "--config.coordinator_address=127.0.0.1:29517",
+        f"--config.coordinator_address=127.0.0.1:{free_port()}",
         "--config.num_processes=2",
         "--config.process_id=1",
         "--config.init_timeout=3",

@@ -19,9 +19,10 @@ compile time excluded):
   as a ratio to the time of reading their inputs once at the copy bandwidth.
 * **speculative** -- SmolLM2 (fp32, batch 1, 128 new tokens, the chat prompts of
   ``benchlib.chat_prompts``): autoregressive against the n-gram drafter (L = 4) and the learned
-  head ``checkpoints/smollm2_eagle`` (FeatureDrafter, L = 3; needs the real weights), at
+  head ``checkpoints/smollm2_eagle`` (FeatureDrafter, L = 3; needs the real weights), each at a
+  fixed width and with the width chosen per step (``widths=(0, L)``, the CLI's default), at
   temperature 0 (greedy verifier; output checked against autoregressive) and 1 (block
-  verifier): tokens/s, speedup, block efficiency.
+  verifier): tokens/s, speedup, block efficiency, steps per width.
 * **ssd** -- speculative speculative decoding (``generate_ssd``, temperature 0, 64 new tokens)
   with SmolLM2's first 8 layers as the draft on the host CPU and the target on the accelerator,
   against plain speculation with the same draft on the accelerator (and SSD fused there).

@@ -43,7 +43,11 @@ def test_quick_run_writes_every_section(tmp_path):
     assert {"specinfer (i.i.d.)", "specinfer (w/o replacement)"} <= verifiers
     spec = rows["speculative"]["rows"]
     assert {r["temperature"] for r in spec} == {0.0, 1.0}
-    assert {r["method"] for r in spec} == {"autoregressive", "n-gram L=4", "head L=3"}
+    methods = {"autoregressive", "n-gram L=4", "head L=3"}
+    methods |= {"n-gram adaptive (0, 4)", "head adaptive (0, 3)"}  # widths=auto, as the CLI
+    assert {r["method"] for r in spec} == methods
+    adaptive = [r for r in spec if "adaptive" in r["method"]]
+    assert all(r["width_steps"] for r in adaptive), adaptive  # steps per width reported
     # Exact at temperature 0: every speculative method emits the autoregressive tokens.
     assert all(r["same_as_ar"] for r in spec + rows["ssd"]["rows"] if r["temperature"] == 0)
     assert {r["method"] for r in rows["ssd"]["rows"]} >= {"plain speculation", "SSD fused"}

@@ -3,6 +3,7 @@ draft on the host CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 from collections.abc import Callable
@@ -50,6 +51,7 @@ GEN_COLUMNS = [
     Column("tokens_per_s", "tok/s", ".1f"),
     Column("speedup", "speedup", ".2f"),
     Column("block_efficiency", "block eff.", ".2f"),
+    Column("width_steps", "steps per width"),
     Column("same_as_ar", "= AR (T = 0)"),
 ]
 
@@ -66,11 +68,17 @@ def _gen_rows(sec: Section, temp: float, prompt: str, timed: dict, new: int) -> 
             tokens_per_s=new / seconds,
             speedup=ar_s / seconds,
             block_efficiency=m.block_efficiency,
+            width_steps=_width_steps(m.width_steps),
             same_as_ar=(gen.tokens == ar_gen.tokens) if temp == 0 else None,
         )
         if gen.ssd is not None:
             row["ssd_hit_rate"] = ssd_rates(gen.ssd)["ssd_hit_rate"]
         sec.row(**row)
+
+
+def _width_steps(steps: dict) -> str | None:
+    """``{0: 12, 4: 30}`` as ``0: 12, 4: 30`` (None where the width was fixed)."""
+    return ", ".join(f"{w}: {n}" for w, n in steps.items()) if steps else None
 
 
 def speculative_section(sec: Section, bench: Bench) -> None:
@@ -98,7 +106,9 @@ def speculative_section(sec: Section, bench: Bench) -> None:
     ngram = dict(max_ngram=3, min_ngram=1)  # configs/smollm2.py (via shakespeare.py)
     sec.note(
         f"n-gram drafter: L = {sizes.ngram_len}, n = 3..1 (configs/smollm2.py). T = 0: greedy "
-        "verifier; T = 1: block verifier."
+        "verifier; T = 1: block verifier. Each drafter drafts L tokens every step, and, as the "
+        "CLI does by default (widths=auto), L or none per step (`adaptive (0, L)`: its "
+        "calibration runs in the warm-up, before the timed rounds)."
     )
     new = sizes.new_tokens
     configs = {}  # temperature -> method -> (config, drafter)
@@ -106,13 +116,16 @@ def speculative_section(sec: Section, bench: Bench) -> None:
         params = SamplingParams(temperature=temp)
         spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
         configs[temp] = {"autoregressive": (DecodeConfig("autoregressive", params, new), None)}
-        ngram_drafter = NgramDrafter(cfg.vocab_size, draft_len=sizes.ngram_len, **ngram)
-        configs[temp][f"n-gram L={sizes.ngram_len}"] = (spec, ngram_drafter)
+        drafters = {"n-gram": NgramDrafter(cfg.vocab_size, draft_len=sizes.ngram_len, **ngram)}
         if head is not None:
-            head_drafter = FeatureDrafter(
+            drafters["head"] = FeatureDrafter(
                 head, num_paths=1, draft_len=sizes.head_len, sampling=params
             )
-            configs[temp][f"head L={sizes.head_len}"] = (spec, head_drafter)
+        for name, drafter in drafters.items():
+            l_len = drafter.draft_len
+            configs[temp][f"{name} L={l_len}"] = (spec, drafter)
+            adaptive = dataclasses.replace(spec, widths=(0, l_len))
+            configs[temp][f"{name} adaptive (0, {l_len})"] = (adaptive, drafter)
     for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
         ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
         for temp in sizes.temperatures:

@@ -8,6 +8,10 @@ import pytest
 # One persistent compilation cache for this test session (never the user's own cache): CLI
 # subprocesses that compile the same programs load them from here.
 os.environ.setdefault("SPECJAX_COMPILATION_CACHE", tempfile.mkdtemp(prefix="specjax-xla-"))
+# pytest-xdist runs several test processes at once (pyproject addopts): on a machine with a GPU,
+# each would otherwise take 75% of its memory at its first JAX call, and the second would fail.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 # Tiny models for the loader tests; their helpers are imported when a test asks, so a session

@@ -25,8 +25,12 @@ def switch_cost(policy, idle: Array) -> Array:
     """float32 ``[]`` what a drafting step after ``idle`` width-0 steps costs beyond its step, in
     width-0 steps: :attr:`Policy.switch` and :attr:`Policy.catch_up` per width-0 step."""
     switch = 0.0 if policy.switch is None else policy.switch
-    rate = 0.0 if policy.catch_up is None else policy.catch_up
-    return switch + rate * idle.astype(jnp.float32)
+    return switch + _catch_up(policy) * idle.astype(jnp.float32)
+
+
+def _catch_up(policy):
+    """:attr:`Policy.catch_up` (0 when None)."""
+    return 0.0 if policy.catch_up is None else policy.catch_up
 
 
 def loss_wait(gain: Array, policy, active: Array, widths: tuple[int, ...]) -> Array:
@@ -40,7 +44,7 @@ def loss_wait(gain: Array, policy, active: Array, widths: tuple[int, ...]) -> Ar
     rows = jnp.maximum(jnp.sum(active), 1)
     expected = jnp.sum(jnp.where(active, gain[:, 1], 0.0)) / rows
     loss = policy.costs[1] / policy.costs[0] + switch_cost(policy, jnp.int32(0)) - (1.0 + expected)
-    rate = 0.0 if policy.catch_up is None else policy.catch_up
-    budget = EXPLORE - rate  # what each width-0 step of waiting earns towards the probe's loss
+    # What each width-0 step of waiting earns towards the probe's loss.
+    budget = EXPLORE - _catch_up(policy)
     steps = jnp.where(budget > 0.0, jnp.maximum(loss, 0.0) / budget, 1e6)
     return jnp.ceil(jnp.clip(steps, 0.0, 1e6)).astype(jnp.int32)

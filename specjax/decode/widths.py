@@ -15,9 +15,9 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
   choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
   started at the pair's prior, that the fast one resets when it departs from it by more than
   its own noise (:data:`CHANGE`; downwards only when the next verdict confirms it), so a run of
-  rejections at the row's usual acceptance does not
-  stop a draft that pays, and a change of regime does within a few steps (:data:`BONUS`, off as
-  shipped, would lift a level below the prior by a standard error of the row's observations);
+  rejections at the row's usual acceptance does not stop a draft that pays, and a change of
+  regime does within a few steps (:data:`BONUS`, off as shipped, would lift a level below the
+  prior by a standard error of the row's observations);
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
 * the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
@@ -35,9 +35,8 @@ stop of the controller's own right after a change of regime is checked by one pr
 steps later whatever it costs, and undone where the probe accepts (:attr:`WidthControl.held`).
 Drafters whose first proposal is checked for free at width 0 (n-gram lookup) need no probes,
 and none is made where even a fully accepted draft would not pay for its step
-(:func:`could_pay`). The
-choice is one scalar for the whole batch (a reduction over rows), so under a mesh every device
-takes the same branch.
+(:func:`could_pay`). The choice is one scalar for the whole batch (a reduction over rows), so
+under a mesh every device takes the same branch.
 
 Exactness does not depend on the controller: each width is an exact step of its own and the
 width is fixed before that step runs, so the output law is the target's whatever the widths. A

@@ -23,6 +23,12 @@ wide: 5-6 passes on the benchmark inputs, where bisection takes 30)."""
 RESOLUTION = 2.0**-30
 """Bracket width for rho*, relative to k - 1: below fp32 precision for k <= 8."""
 
+GRID, GRID_ROUNDS = 64, 5
+"""The local model's root is found by evaluating the model at ``GRID`` points of its bracket at
+once, ``GRID_ROUNDS`` times (the bracket shrinks 64-fold each time: 2^-30 in all). A scalar
+bisection of 60 dependent steps per pass over V, each a tiny kernel, cost SpecTr 9 ms of a
+B = 1 call on an H100 (BENCHMARKS.md, "On an H100"); on a CPU both take the same time."""
+
 
 def kseq_acceptance(p: Array, q: Array, k: Array, rho: Array) -> tuple[Array, Array]:
     """beta(rho) = sum_v min(q, p / rho) and p_acc = 1 - (1 - beta)^k. Each ``[B]``."""
@@ -43,12 +49,12 @@ def spectr_rho(p: Array, q: Array, k: Array) -> Array:
 
     Safeguarded Newton on the exact local model: one pass over V at a point rho_0 gives
     ``beta(rho) = A + C / rho`` (A = the q mass where q <= p / rho_0, C = the p mass elsewhere),
-    exact until rho crosses a token's breakpoint p / q. The model's root (a scalar problem,
-    solved per row) is the next point; points outside the bracket, or a model whose root sits
-    at an end of the bracket, fall back to bisection or to a probe just inside that end. The
-    bracket ``[lo, hi]`` (hi always valid) shrinks to (k - 1) 2^-30 in a few passes instead of
-    30 bisection passes. The upper end is returned, so the validity condition always holds
-    (the residual is non-negative); rho* = 1 for k <= 1.
+    exact until rho crosses a token's breakpoint p / q. The model's root (a scalar problem per
+    row, located on a grid of the bracket: :data:`GRID`) is the next point; points outside the
+    bracket, or a model whose root sits at an end of the bracket, fall back to bisection or to
+    a probe just inside that end. The bracket ``[lo, hi]`` (hi always valid) shrinks to
+    (k - 1) 2^-30 in a few passes instead of 30 bisection passes. The upper end is returned, so
+    the validity condition always holds (the residual is non-negative); rho* = 1 for k <= 1.
 
     Args:
       p: ``[B, V]`` target distribution at the node.
@@ -64,17 +70,24 @@ def spectr_rho(p: Array, q: Array, k: Array) -> Array:
     tol = jnp.maximum((top - 1.0) * RESOLUTION, 4.0 * jnp.finfo(p.dtype).eps * top)
 
     def excess(rho, a, c):  # p_acc - rho beta of the local model, non-increasing in rho
-        beta, p_acc = kseq_p_acc(a + c / rho, k)
+        kk = k.reshape(k.shape + (1,) * (rho.ndim - k.ndim))
+        beta, p_acc = kseq_p_acc(a + c / rho, kk)
         return p_acc - rho * beta
 
-    def model_root(a, c, lo, hi):  # scalar bisection of the model on [lo, hi], per row
-        def halve(_, bracket):
-            left, right = bracket
-            mid = 0.5 * (left + right)
-            below = excess(mid, a, c) <= 0.0
-            return jnp.where(below, left, mid), jnp.where(below, mid, right)
-
-        return jax.lax.fori_loop(0, 60, halve, (lo, hi))[1]
+    def model_root(a, c, lo, hi):  # the model's root in [lo, hi], per row (see GRID)
+        frac = jnp.arange(1, GRID + 1, dtype=lo.dtype) / GRID  # [GRID]
+        a, c = a[:, None], c[:, None]
+        for _ in range(GRID_ROUNDS):
+            x = lo[:, None] + (hi - lo)[:, None] * frac  # [B, GRID]
+            x = x.at[:, -1].set(hi)
+            valid = excess(x, a, c) <= 0.0  # [B, GRID]: False, then True (monotone)
+            i = first_true(valid)  # [B]
+            found = jnp.any(valid, axis=-1)
+            right = jnp.take_along_axis(x, i[:, None], axis=-1)[:, 0]
+            left = jnp.take_along_axis(x, jnp.maximum(i - 1, 0)[:, None], axis=-1)[:, 0]
+            lo = jnp.where(found & (i > 0), left, jnp.where(found, lo, hi))
+            hi = jnp.where(found, right, hi)
+        return hi
 
     def open_(state):
         lo, hi, _, passes = state

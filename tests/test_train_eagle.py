@@ -88,7 +88,7 @@ def test_draft_vocab_and_windows(shard):
     assert counts[d2t].min() >= np.sort(counts)[-8]  # the 8 most frequent ids
     windows = eagle.Windows(shard, [0, 1, 2], d2t, seq_len=16, ttt=3)
     a, b, p = windows.rows[0]
-    w = windows.window(0, 0)
+    w = {k: np.asarray(v[0]) for k, v in windows.take([0], [0]).items()}
     assert w["feats_in"].shape == (16, 3, shard["features"].shape[-1])
     np.testing.assert_array_equal(w["feats_in"][0], 0.0)  # no feature before position 0
     np.testing.assert_array_equal(w["feats_in"][3], shard["features"][a + 2, :3])
@@ -97,6 +97,43 @@ def test_draft_vocab_and_windows(shard):
         nxt_ok = u + 1 < n and u + 1 >= p
         assert w["eval_mask"][u] == nxt_ok
         assert w["mask"][u] == (nxt_ok and shard["tokens"][a + u + 1] in d2t)
+
+
+def numpy_window(data, index, in_vocab, row, t, j):
+    """One window of :class:`eagle.Windows`, gathered on the host (the reference)."""
+    (a, b, p), start = row
+    n = b - a
+    pos = start + np.arange(t + j)
+    ok = pos < n
+    idx = a + np.minimum(pos, n - 1)
+    feats_in = data["features"][a + np.clip(pos[:t] - 1, 0, n - 1)][:, index].astype(np.float32)
+    feats_in[(pos[:t] == 0) | ~ok[:t]] = 0.0
+    scored = ok & (pos + 1 < n) & (pos + 1 >= p)
+    return {
+        "feats_in": feats_in,
+        "tokens": np.where(ok, data["tokens"][idx], 0),
+        "last": data["features"][idx, -1].astype(np.float32),
+        "mask": scored & in_vocab[data["tokens"][a + np.minimum(pos + 1, n - 1)]],
+        "eval_mask": scored,
+    }
+
+
+def test_windows_gathered_on_the_device_equal_numpy_windows(shard):
+    d2t = np.arange(0, 64, 3, dtype=np.int32)
+    in_vocab = np.isin(np.arange(64), d2t)
+    windows = eagle.Windows(shard, [0, 2], d2t, seq_len=16, ttt=3)
+    rows, starts = windows.draw(np.random.default_rng(0), 6)
+    rows = np.concatenate([rows, [0, len(windows.rows) - 1]])  # and the last positions of both
+    ends = [
+        windows.rows[0][1] - windows.rows[0][0] - 2,
+        windows.rows[-1][1] - windows.rows[-1][0] - 2,
+    ]
+    starts = np.concatenate([starts, ends])
+    got = windows.take(rows, starts)
+    for i, (r, s) in enumerate(zip(rows, starts, strict=True)):
+        want = numpy_window(shard, [0, 2], in_vocab, (windows.rows[r], s), 16, 3)
+        for key, value in want.items():
+            np.testing.assert_array_equal(np.asarray(got[key][i]), value, err_msg=key)
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ Letters: A feature layers read, W draft vocabulary, J training-time-test steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +79,7 @@ def response_mask(data: dict) -> np.ndarray:
 
 
 class Windows:
-    """Training windows over a ragged data set.
+    """Training windows over a ragged data set, gathered on the device.
 
     Window (r, s) covers positions ``s .. s + T - 1`` of conversation r. A batch holds, per
     window: ``feats_in [B, T, A, D]`` (the target features of positions t - 1, zero at t = 0),
@@ -86,12 +87,17 @@ class Windows:
     features of the same positions: the target's law) and ``mask [B, T + J]`` (position u is
     trained iff x_{u+1} exists, is in the response and in the draft vocabulary), and
     ``eval_mask`` (the same without the draft-vocabulary test: what evaluation counts).
+
+    The data's tokens and features (float16, ``[Z, A', D]``: 4.6 KB a token for SmolLM2) are
+    copied to the device once; a batch sends only the windows' places and is gathered there.
+    Gathering them with NumPy on the host took ~90 ms a step on the H100 host, with the GPU ~8%
+    busy (BENCHMARKS.md, "The shipped head").
     """
 
     def __init__(self, data: dict, layer_index: list[int], d2t: np.ndarray, seq_len: int, ttt: int):
-        self.data, self.index, self.t, self.j = data, layer_index, seq_len, ttt
-        self.in_vocab = np.zeros(int(max(d2t.max(), data["tokens"].max())) + 1, bool)
-        self.in_vocab[d2t] = True
+        self.index, self.t, self.j = tuple(int(i) for i in layer_index), seq_len, ttt
+        in_vocab = np.zeros(int(max(d2t.max(), data["tokens"].max())) + 1, bool)
+        in_vocab[d2t] = True
         starts, ends = data["offsets"][:-1], data["offsets"][1:]
         self.rows = [
             (int(a), int(b), int(p))
@@ -100,38 +106,55 @@ class Windows:
         ]
         if not self.rows:
             raise ValueError("no conversation has a response of 2 tokens or more")
+        self.table = np.asarray(self.rows, np.int64)  # [R, 3]: start, end, prompt length
+        self.arrays = tuple(
+            jnp.asarray(x) for x in (data["features"], data["tokens"].astype(np.int32), in_vocab)
+        )
 
-    def window(self, row: int, start: int) -> dict[str, np.ndarray]:
-        a, b, p = self.rows[row]
-        t, j = self.t, self.j
-        n = b - a
-        feats = self.data["features"]
-        pos = start + np.arange(t + j)  # [T + J]
-        ok = pos < n
-        idx = a + np.minimum(pos, n - 1)
-        prev = a + np.clip(pos[:t] - 1, 0, n - 1)
-        feats_in = feats[prev][:, self.index].astype(np.float32)  # [T, A, D]
-        feats_in[(pos[:t] == 0) | ~ok[:t]] = 0.0
-        nxt = self.data["tokens"][a + np.minimum(pos + 1, n - 1)]
-        scored = ok & (pos + 1 < n) & (pos + 1 >= p)
-        return {
-            "feats_in": feats_in,
-            "tokens": np.where(ok, self.data["tokens"][idx], 0).astype(np.int32),
-            "last": feats[idx, -1].astype(np.float32),
-            "mask": scored & self.in_vocab[nxt],
-            "eval_mask": scored,
-        }
-
-    def batch(self, rng: np.random.Generator, size: int) -> dict[str, np.ndarray]:
-        """``size`` windows, each starting at a random position of a random conversation
-        (windows are placed to cover the response: they start at most T/2 before it)."""
-        out = []
-        for r in rng.integers(len(self.rows), size=size):
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` random windows ``(rows [B], starts [B])``: a random conversation each,
+        starting at most T/2 before its response and before its last two tokens."""
+        rows = rng.integers(len(self.rows), size=size)
+        starts = []
+        for r in rows:
             a, b, p = self.rows[r]
             lo = max(0, p - self.t // 2)
-            start = int(rng.integers(lo, max(lo + 1, b - a - 2)))
-            out.append(self.window(int(r), start))
-        return {k: np.stack([w[k] for w in out]) for k in out[0]}
+            starts.append(int(rng.integers(lo, max(lo + 1, b - a - 2))))
+        return rows, np.asarray(starts, np.int64)
+
+    def take(self, rows: np.ndarray, starts: np.ndarray) -> dict[str, jax.Array]:
+        """The batch of windows ``(rows[i], starts[i])``, on the device."""
+        a, b, p = self.table[np.asarray(rows)].T.astype(np.int32)
+        return gather_windows(
+            *self.arrays, a, b - a, p, np.asarray(starts, np.int32),
+            t=self.t, j=self.j, index=self.index,
+        )  # fmt: skip
+
+    def batch(self, rng: np.random.Generator, size: int) -> dict[str, jax.Array]:
+        """``size`` random windows (:meth:`draw`), on the device."""
+        return self.take(*self.draw(rng, size))
+
+
+@functools.partial(jax.jit, static_argnames=("t", "j", "index"))
+def gather_windows(features, tokens, in_vocab, a, n, p, starts, *, t, j, index):
+    """The arrays of :class:`Windows` for windows starting at ``starts [B]`` of conversations
+    ``tokens[a : a + n]`` (prompt length ``p``; each ``[B]``); ``features [Z, A', D]``."""
+    pos = starts[:, None] + jnp.arange(t + j)  # [B, T + J]
+    n, p = n[:, None], p[:, None]
+    ok = pos < n
+    idx = a[:, None] + jnp.minimum(pos, n - 1)
+    prev = a[:, None] + jnp.clip(pos[:, :t] - 1, 0, n - 1)  # [B, T]
+    feats_in = features[prev][:, :, jnp.asarray(index)].astype(jnp.float32)  # [B, T, A, D]
+    blank = (pos[:, :t] == 0) | ~ok[:, :t]
+    nxt = tokens[a[:, None] + jnp.minimum(pos + 1, n - 1)]
+    scored = ok & (pos + 1 < n) & (pos + 1 >= p)
+    return {
+        "feats_in": jnp.where(blank[:, :, None, None], 0.0, feats_in),
+        "tokens": jnp.where(ok, tokens[idx], 0),
+        "last": features[idx, -1].astype(jnp.float32),
+        "mask": scored & in_vocab[nxt],
+        "eval_mask": scored,
+    }
 
 
 def attach_target(head: EagleHead, target_module) -> EagleHead:

@@ -228,12 +228,13 @@ class Trainer:
         if resumed is not None:
             self.log(f"resumed from checkpoint at step {resumed}")
         history = self._load_history(upto=self.step)
-        recent, tick, tick_step = [], time.perf_counter(), self.step
-        start_step, start_time = self.step, time.perf_counter()
-        while self.step < cfg.steps:
-            batch = _device(batch_at(self.step))
+        step = self.step  # counted on the host from here: reading the state's waits for it
+        recent, tick, tick_step = [], time.perf_counter(), step
+        start_step, start_time = step, time.perf_counter()
+        while step < cfg.steps:
+            batch = _device(batch_at(step))
             self.state, metrics = self._train_step(self.state, self.frozen, batch)
-            step = self.step
+            step += 1
             recent.append(metrics["loss"])
             if step % cfg.log_every == 0 or step == cfg.steps:
                 now = time.perf_counter()

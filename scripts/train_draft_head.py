@@ -31,7 +31,12 @@ from specjax.train.trainer import TrainConfig, Trainer
 
 _TARGET = flags.DEFINE_string("target", "smollm2", "the target (a load_model source)")
 _DATA = flags.DEFINE_string("data", "/tmp/specjax_head_data", "directory of the data shards")
-_SHARDS = flags.DEFINE_integer("num_shards", 15, "training shards")
+_SHARDS = flags.DEFINE_integer(
+    "num_shards",
+    15,
+    "training shards (past the last prompt, the training prompts come round again, answered at "
+    "temperature 1 with new seeds: more answers per prompt)",
+)
 _PER_SHARD = flags.DEFINE_integer(
     "prompts_per_shard", 32, "prompts per shard (answered as one batch; larger on an accelerator)"
 )
@@ -69,14 +74,14 @@ def main(argv):
     n_train, n_hold = _SHARDS.value, _HOLDOUT.value
     # Held-out shards come first so that a larger --num_shards later never trains on them.
     hold_ids = list(range(n_hold))
-    train_ids = list(range(n_hold, n_hold + n_train))
+    train_ids = feature_data.training_shards(n_hold, n_train, len(texts), _PER_SHARD.value)
     paths = feature_data.make_shards(
         _DATA.value, target, tokenizer, texts, hold_ids + train_ids,
         prompts_per_shard=_PER_SHARD.value, max_new_tokens=_NEW.value, minutes=_DATA_MIN.value,
         log=log,
     )  # fmt: skip
     if _TF.value:  # prompts after those of the target's shards, never the held-out ones
-        first = (n_hold + n_train) * _PER_SHARD.value // 128 + 1
+        first = (train_ids[-1] + 1) * _PER_SHARD.value // 128 + 1
         pairs = [(t, a) for _, t, a in convs]
         tf_ids = list(range(first, first + _TF.value))
         paths += feature_data.make_shards(

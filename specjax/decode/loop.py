@@ -23,7 +23,7 @@ from specjax.decode import acceptance, adaptive, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import PreparedBatch, check_seed, prepare
+from specjax.decode.inputs import PreparedBatch, check_seed, on_device, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import DecodeState, check_target
@@ -107,9 +107,9 @@ class Run:
         seed = np.asarray(seed, np.int32)
         self.draft_tp = False
         if mesh is None:
-            # device_put: jnp.asarray compiles a conversion per shape (11-30 ms the first time)
-            self.args = (target, self.drafter, b.prompts, b.lengths, b.active, seed)
-            self.args, self.put_scalar = jax.tree.map(jax.device_put, self.args), jax.device_put
+            inputs = (b.prompts, b.lengths, b.active, seed)
+            self.args = on_device((target, self.drafter), inputs)
+            self.put_scalar = jax.device_put
         else:
             sharding.check_model(target.config, mesh)
             self.draft_tp = self.drafter is not None and self.drafter.tensor_parallel

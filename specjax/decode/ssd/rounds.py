@@ -26,7 +26,7 @@ import numpy as np
 
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import check_seed, prepare
+from specjax.decode.inputs import check_seed, on_device, prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
@@ -220,8 +220,8 @@ def generate_ssd(
     check_seed(seed)
     start = time.perf_counter()
     if devices is None:
-        args = (target, drafter, batch.prompts, batch.lengths, batch.active, np.int32(seed))
-        args = jax.tree.map(jnp.asarray, args)
+        inputs = (batch.prompts, batch.lengths, batch.active, np.int32(seed))
+        args = on_device((target, drafter), inputs)
         static = dict(config=config, capacity=batch.capacity, buffer=batch.buffer)
         program, compile_seconds = compiled(
             fused_program, *args, static=dict(**static, max_rounds=config.max_new_tokens)

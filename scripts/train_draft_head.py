@@ -75,13 +75,21 @@ def main(argv):
     # Held-out shards come first so that a larger --num_shards later never trains on them.
     hold_ids = list(range(n_hold))
     train_ids = feature_data.training_shards(n_hold, n_train, len(texts), _PER_SHARD.value)
+    # Teacher-forced shards (128 conversations each) take prompts the target's shards leave.
+    chunks = -(-len(texts) // _PER_SHARD.value)
+    first = min(train_ids[-1] + 1, chunks) * _PER_SHARD.value // 128 + 1
+    if _TF.value and (first + _TF.value - 1) * 128 >= len(texts):
+        raise SystemExit(
+            f"error: --teacher_forced_shards={_TF.value} needs prompts past the {len(texts)} "
+            f"available after --num_shards={n_train}; ask for at most "
+            f"{max(0, -(-len(texts) // 128) - first)} or fewer --num_shards"
+        )
     paths = feature_data.make_shards(
         _DATA.value, target, tokenizer, texts, hold_ids + train_ids,
         prompts_per_shard=_PER_SHARD.value, max_new_tokens=_NEW.value, minutes=_DATA_MIN.value,
         log=log,
     )  # fmt: skip
     if _TF.value:  # prompts after those of the target's shards, never the held-out ones
-        first = (train_ids[-1] + 1) * _PER_SHARD.value // 128 + 1
         pairs = [(t, a) for _, t, a in convs]
         tf_ids = list(range(first, first + _TF.value))
         paths += feature_data.make_shards(

@@ -88,10 +88,10 @@ class Windows:
     trained iff x_{u+1} exists, is in the response and in the draft vocabulary), and
     ``eval_mask`` (the same without the draft-vocabulary test: what evaluation counts).
 
-    The data's tokens and features (float16, ``[Z, A', D]``: 4.6 KB a token for SmolLM2) are
-    copied to the device once; a batch sends only the windows' places and is gathered there.
-    Gathering them with NumPy on the host took ~90 ms a step on the H100 host, with the GPU ~8%
-    busy (BENCHMARKS.md, "The shipped head").
+    The data's tokens and features (float16 ``[Z, A', D]``, A' the stored layers: 4.6 KB a
+    token for SmolLM2) are copied to the device once; a batch sends only the windows' places
+    and is gathered there. Gathering them with NumPy on the host took ~90 ms a step on the H100
+    host, with the GPU ~8% busy (BENCHMARKS.md, "The shipped head").
     """
 
     def __init__(self, data: dict, layer_index: list[int], d2t: np.ndarray, seq_len: int, ttt: int):

@@ -387,11 +387,12 @@ class Stream:
         """Each row's ids committed since the last call (checked first: no garbage is yielded);
         records the latest step's width and whether every row is done."""
         rows = self._run.batch.rows
-        now, done, stats = jax.device_get((state.lengths, state.done, state.stats))
-        check_target(stats, range(rows))
         widths = self._run.config.widths
+        last = state.control.last if widths else None
+        now, done, stats, last = jax.device_get((state.lengths, state.done, state.stats, last))
+        check_target(stats, range(rows))
         if widths:
-            self.widths_taken.append(widths[int(jax.device_get(state.control.last))])
+            self.widths_taken.append(widths[int(last)])
         tokens = np.asarray(state.tokens) if np.any(now > self._seen) else None
         seen, self._seen, self._done = self._seen, now, bool(np.all(done))
         return [

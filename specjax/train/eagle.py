@@ -106,7 +106,6 @@ class Windows:
         ]
         if not self.rows:
             raise ValueError("no conversation has a response of 2 tokens or more")
-        self.table = np.asarray(self.rows, np.int64)  # [R, 3]: start, end, prompt length
         self.arrays = tuple(
             jnp.asarray(x) for x in (data["features"], data["tokens"].astype(np.int32), in_vocab)
         )
@@ -124,7 +123,7 @@ class Windows:
 
     def take(self, rows: np.ndarray, starts: np.ndarray) -> dict[str, jax.Array]:
         """The batch of windows ``(rows[i], starts[i])``, on the device."""
-        a, b, p = self.table[np.asarray(rows)].T.astype(np.int32)
+        a, b, p = np.asarray([self.rows[r] for r in rows], np.int32).T
         return gather_windows(
             *self.arrays, a, b - a, p, np.asarray(starts, np.int32),
             t=self.t, j=self.j, index=self.index,

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import benchlib
 from benchlib.accelerator import SECTIONS
+
+import specjax
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +37,9 @@ def test_quick_run_writes_every_section(tmp_path):
     rows = report["sections"]
     versions = {r["what"]: r["value"] for r in rows["versions"]["rows"]}
     assert {"jax", "jaxlib", "flax", "numpy", "python", "platform", "device kind"} <= set(versions)
+    # The digest of the measured sources, not of nothing (a wrong path once gave e3b0c44298fc).
+    source = Path(specjax.__file__).parent
+    assert versions["specjax sources sha256"] == benchlib.source_digest(source, recursive=True)
     assert rows["bandwidth"]["rows"][0]["gb_s"] > 0
     decode = rows["decode"]["rows"]
     assert len({r["model"] for r in decode}) == 3

@@ -53,11 +53,18 @@ def machine(verbose: bool = False) -> str:
 
 
 def source_digest(directory: str | pathlib.Path, recursive: bool = False) -> str:
-    """Short sha256 of the ``*.py`` files under ``directory``: which code was measured."""
+    """Short sha256 of the ``*.py`` files under ``directory``: which code was measured.
+
+    Raises:
+      ValueError: ``directory`` holds no ``*.py`` file (a wrong path would give the digest of
+        nothing, ``e3b0c44298fc``, which names no code).
+    """
     directory = pathlib.Path(directory)
     digest = hashlib.sha256()
-    paths = directory.rglob("*.py") if recursive else directory.glob("*.py")
-    for path in sorted(paths):
+    paths = sorted(directory.rglob("*.py") if recursive else directory.glob("*.py"))
+    if not paths:
+        raise ValueError(f"no *.py files in {directory}: nothing to take the digest of")
+    for path in paths:
         digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
     return digest.hexdigest()[:12]
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import benchlib
+import specjax
 from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import (
     Bench,
@@ -86,8 +87,8 @@ def versions_section(sec: Section, bench: Bench) -> None:
         ]
         out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
         rows["nvidia-smi"] = (out.stdout.strip() or out.stderr.strip()).replace("\n", "; ")
-    root = Path(__file__).resolve().parents[2]
-    rows["specjax sources sha256"] = benchlib.source_digest(root / "specjax", recursive=True)
+    source = Path(specjax.__file__).parent
+    rows["specjax sources sha256"] = benchlib.source_digest(source, recursive=True)
     for what, value in rows.items():
         sec.data["rows"].append({"what": what, "value": value})
     sec.report.save()

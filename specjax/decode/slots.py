@@ -122,6 +122,7 @@ def insert_program(
             buffer=buffer,
             widths=widths,
             row_keys=keys,
+            lazy_draft=False,  # a new row's catch-up would run the draft on every row
         )
 
     def shaped(b):

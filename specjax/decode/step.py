@@ -37,6 +37,7 @@ def init_state(
     draft_len: int | None = None,
     widths: tuple[int, ...] = (),
     row_keys: PRNGKey | None = None,
+    lazy_draft: bool = True,
 ) -> DecodeState:
     """Prefills target (and drafter) caches with every prompt token but the last.
 
@@ -52,6 +53,10 @@ def init_state(
         width (the state then has no :class:`~specjax.decode.widths.WidthControl`).
       row_keys: per-row PRNG keys ``[B]`` (e.g. one per request,
         :func:`specjax.decode.slots.request_keys`); default ``fold_in(key, b)``.
+      lazy_draft: with ``widths`` holding 0, a model drafter that catches up after width-0
+        steps (``idle_catch_up``) reads the prompt at its first drafting step instead of here,
+        so a generation that never drafts never runs the draft. False prefills it here (rows
+        admitted into a running batch: a catch-up there would run on every row).
     """
     b, t = prompts.shape
     if drafter is not None:
@@ -65,7 +70,11 @@ def init_state(
         draft_state = drafter.init(prompts, prompt_lengths, capacity, features=hidden)
     else:
         target_cache = prefill(target, prompts, prompt_lengths, capacity)
-        draft_state = () if drafter is None else drafter.init(prompts, prompt_lengths, capacity)
+        lazy = lazy_draft and 0 in widths and getattr(drafter, "idle_catch_up", False)
+        extra = {"lazy": True} if lazy else {}
+        draft_state = (
+            () if drafter is None else drafter.init(prompts, prompt_lengths, capacity, **extra)
+        )
     return DecodeState(
         tokens=tokens,
         lengths=prompt_lengths,

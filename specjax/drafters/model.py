@@ -23,6 +23,10 @@ from specjax.typing import Array, PRNGKey
 CATCH_UP = 32
 """Tokens per forward while the draft cache is far behind (:meth:`ModelDrafter.catch_up`)."""
 
+CATCH_UP_LONG = 256
+"""Tokens per forward while the cache misses more than this: a prompt the draft has not read
+(:meth:`ModelDrafter.init` with ``lazy``), caught up in a few long forwards, not many short ones."""
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +83,20 @@ class ModelDrafter:
         """Whether the draft's weights are split over a mesh (else replicated)."""
         return sharding.is_split(self.model.state)
 
-    def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> KVCache:
-        """The draft cache of every prompt but its last token."""
+    def init(
+        self, prompts: Array, prompt_lengths: Array, capacity: int, *, lazy: bool = False
+    ) -> KVCache:
+        """The draft cache of every prompt but its last token.
+
+        Args:
+          prompts: int ``[B, T]`` right-padded prompts; prompt_lengths: int ``[B]``.
+          capacity: S of the cache.
+          lazy: return an empty cache instead: the first :meth:`propose` reads the prompt
+            (:meth:`catch_up`). A generation whose steps never draft (width 0 throughout,
+            ``DecodeConfig.widths``) then never runs the draft at all.
+        """
+        if lazy:
+            return KVCache.init(self.model.config, prompts.shape[0], capacity)
         return prefill(self.model, prompts, prompt_lengths, capacity)
 
     def propose(
@@ -139,9 +155,10 @@ class ModelDrafter:
     def catch_up(self, cache: KVCache, tokens: Array, lengths: Array) -> KVCache:
         """Feeds committed tokens the cache has not seen until it misses at most the last two
         (what :meth:`propose` feeds itself); no forward when none misses more. While a row misses
-        more than L + 3 (after a run of width-0 steps) the forwards take :data:`CATCH_UP` tokens
-        (a row missing fewer is fed what it misses), then at most one takes L + 1: a small
-        draft's forward costs about the same for 5 tokens as for 32.
+        more than :data:`CATCH_UP_LONG` + 2 (a prompt a lazy :meth:`init` left unread) the
+        forwards take that many tokens; while one misses more than L + 3 (after a run of width-0
+        steps) they take :data:`CATCH_UP` (a row missing fewer is fed what it misses), then at
+        most one takes L + 1: a small draft's forward costs about the same for 5 tokens as for 32.
 
         Args:
           cache: the draft cache; tokens: int ``[B, S]``; lengths: int ``[B]`` committed tokens.
@@ -159,6 +176,9 @@ class ModelDrafter:
 
         behind = lambda ahead: lambda cache: jnp.any(lengths - cache.lengths > 2 + ahead)
         small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
+        long = min(CATCH_UP_LONG, cache.capacity)
+        if long > big:  # an unread prompt: long chunks while more than one is missing
+            cache = jax.lax.while_loop(behind(long), feed(long), cache)
         if big > small:  # big chunks (clipped to what is missing) until one small one is left
             cache = jax.lax.while_loop(behind(small), feed(big), cache)
         return jax.lax.while_loop(behind(0), feed(small), cache)

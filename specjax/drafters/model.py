@@ -176,9 +176,9 @@ class ModelDrafter:
 
         behind = lambda ahead: lambda cache: jnp.any(lengths - cache.lengths > 2 + ahead)
         small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
-        long = min(CATCH_UP_LONG, cache.capacity)
-        if long > big:  # an unread prompt: long chunks while more than one is missing
-            cache = jax.lax.while_loop(behind(long), feed(long), cache)
+        long = CATCH_UP_LONG
+        if cache.capacity > long + 2 and long > big:  # an unread prompt: long chunks while
+            cache = jax.lax.while_loop(behind(long), feed(long), cache)  # more than one misses
         if big > small:  # big chunks (clipped to what is missing) until one small one is left
             cache = jax.lax.while_loop(behind(small), feed(big), cache)
         return jax.lax.while_loop(behind(0), feed(small), cache)

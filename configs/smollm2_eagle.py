@@ -17,9 +17,9 @@ Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 1
           BENCHMARKS.md "A learned draft for SmolLM2".
           The width costs are measured once per compiled program before the first generation's
           timing (the "width calibration" row: about 2 s on the CPU). The default prompt's
-          answer is accepted less than most (block efficiency 1.08-1.12 with widths=auto):
-          one-shot with --config.compare_autoregressive=True it ran 0.88-0.91x (two runs,
-          2026-11-27, beside another job).
+          answer is accepted less than most (block efficiency 1.08-1.22 with widths=auto):
+          one-shot with --config.compare_autoregressive=True it ran 0.84-0.91x (four runs,
+          2026-11-27; the H100 head gave 0.91-0.94x).
 """
 
 from specjax.config_files import sibling_config

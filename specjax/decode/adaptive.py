@@ -24,6 +24,7 @@ from specjax.decode.step import (
     feature_layers,
     speculative_step,
 )
+from specjax.drafters.base import catches_up
 from specjax.models.pure import PureModel
 from specjax.typing import Array
 
@@ -61,7 +62,7 @@ def catch_up_grows(drafter) -> bool:
     """Whether the drafter's catch-up after width-0 steps grows with them (a model draft feeds
     every token it missed, :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`; a feature
     draft flushes its few pending tokens as it goes, an n-gram drafter has nothing to feed)."""
-    return bool(getattr(drafter, "idle_catch_up", False))
+    return catches_up(drafter)
 
 
 def choose_width(

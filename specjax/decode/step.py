@@ -17,7 +17,7 @@ from specjax.buffers import append_rows
 from specjax.decode import widths as width_control
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
-from specjax.drafters.base import Draft, Drafter, draws_with_replacement
+from specjax.drafters.base import Draft, Drafter, catches_up, draws_with_replacement
 from specjax.drafters.feature import path_features
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel, prefill
@@ -70,7 +70,7 @@ def init_state(
         draft_state = drafter.init(prompts, prompt_lengths, capacity, features=hidden)
     else:
         target_cache = prefill(target, prompts, prompt_lengths, capacity)
-        lazy = lazy_draft and 0 in widths and getattr(drafter, "idle_catch_up", False)
+        lazy = lazy_draft and 0 in widths and catches_up(drafter)
         extra = {"lazy": True} if lazy else {}
         draft_state = (
             () if drafter is None else drafter.init(prompts, prompt_lengths, capacity, **extra)

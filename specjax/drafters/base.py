@@ -72,3 +72,10 @@ def draws_with_replacement(drafter) -> bool:
     """The ``replacement`` of ``drafter``: True (i.i.d. sibling paths) for None (autoregressive
     decoding) and for a drafter that does not state it."""
     return bool(getattr(drafter, "replacement", True))
+
+
+def catches_up(drafter) -> bool:
+    """Whether ``drafter`` feeds, at its next draft, every committed token it has not seen (a
+    model draft: :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`), so its cache may fall
+    behind: over width-0 steps, or from the start (``ModelDrafter.init(lazy=True)``)."""
+    return bool(getattr(drafter, "idle_catch_up", False))

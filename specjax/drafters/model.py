@@ -176,9 +176,8 @@ class ModelDrafter:
 
         behind = lambda ahead: lambda cache: jnp.any(lengths - cache.lengths > 2 + ahead)
         small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
-        long = CATCH_UP_LONG
-        if cache.capacity > long + 2 and long > big:  # an unread prompt: long chunks while
-            cache = jax.lax.while_loop(behind(long), feed(long), cache)  # more than one misses
+        if cache.capacity > CATCH_UP_LONG + 2:  # (else no row can miss that many)
+            cache = jax.lax.while_loop(behind(CATCH_UP_LONG), feed(CATCH_UP_LONG), cache)
         if big > small:  # big chunks (clipped to what is missing) until one small one is left
             cache = jax.lax.while_loop(behind(small), feed(big), cache)
         return jax.lax.while_loop(behind(0), feed(small), cache)

@@ -76,13 +76,13 @@ def main(argv):
     hold_ids = list(range(n_hold))
     train_ids = feature_data.training_shards(n_hold, n_train, len(texts), _PER_SHARD.value)
     # Teacher-forced shards (128 conversations each) take prompts the target's shards leave.
-    chunks = -(-len(texts) // _PER_SHARD.value)
+    chunks = feature_data.prompt_chunks(len(texts), _PER_SHARD.value)
     first = min(train_ids[-1] + 1, chunks) * _PER_SHARD.value // 128 + 1
     if _TF.value and (first + _TF.value - 1) * 128 >= len(texts):
         raise SystemExit(
             f"error: --teacher_forced_shards={_TF.value} needs prompts past the {len(texts)} "
             f"available after --num_shards={n_train}; ask for at most "
-            f"{max(0, -(-len(texts) // 128) - first)} or fewer --num_shards"
+            f"{max(0, feature_data.prompt_chunks(len(texts), 128) - first)} or fewer --num_shards"
         )
     paths = feature_data.make_shards(
         _DATA.value, target, tokenizer, texts, hold_ids + train_ids,

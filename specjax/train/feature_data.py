@@ -76,12 +76,18 @@ def score_features(model, rows: Sequence[Sequence[int]], layers, batch: int = 4,
     return out
 
 
+def prompt_chunks(num_texts: int, per_shard: int) -> int:
+    """How many chunks of ``per_shard`` prompts ``num_texts`` prompts make (the last may be
+    short)."""
+    return -(-num_texts // per_shard)
+
+
 def shard_plan(i: int, num_texts: int, per_shard: int) -> tuple[slice, float]:
     """``(the prompts shard i answers, its temperature)``: chunk i of ``per_shard`` prompts,
     greedily for even i and at temperature 1 for odd i. Past the last chunk the chunks come
     round again (shard i answers chunk i mod C of C), sampled at temperature 1 with seed i:
     another answer to each prompt, for more data than the prompts give once."""
-    chunks = -(-num_texts // per_shard)
+    chunks = prompt_chunks(num_texts, per_shard)
     c = i % chunks
     return slice(c * per_shard, (c + 1) * per_shard), (float(i % 2) if i < chunks else 1.0)
 
@@ -89,7 +95,7 @@ def shard_plan(i: int, num_texts: int, per_shard: int) -> tuple[slice, float]:
 def training_shards(held_out: int, count: int, num_texts: int, per_shard: int) -> list[int]:
     """The first ``count`` shard ids after the ``held_out`` first ones whose prompts
     (:func:`shard_plan`) are not those of a held-out shard."""
-    chunks = -(-num_texts // per_shard)
+    chunks = prompt_chunks(num_texts, per_shard)
     if held_out >= chunks:
         raise ValueError(
             f"{held_out} held-out shards of {per_shard} prompts leave none of the {num_texts} "

@@ -1,6 +1,6 @@
 r"""Benchmarks the specjax verifiers: time per call against a read-once baseline, and efficiency.
 
-Three parts, each printed as Markdown tables (and written to ``--output`` if given):
+Parts, each printed as Markdown tables (and written to ``--output`` if given):
 
 * **timing** -- every verifier (``greedy``, ``token``, ``block`` on chains, K = 1; ``specinfer``
   with ``replacement=True``, ``spectr``, ``gbv`` on K paths) jitted, compiled ahead of time
@@ -17,6 +17,8 @@ Three parts, each printed as Markdown tables (and written to ``--output`` if giv
   what dominates where the goals are not met.
 * **share** (``--parts=share``) -- each verifier's time as a share of the SmolLM2-135M target's
   tree forward (B = 1 and 8, K = 1-4, L = 4; see :mod:`benchlib.verify_share`).
+* **greedy** (``--parts=greedy``) -- greedy verification taken apart: the draft-law check, the
+  rule alone and the argmax, at B = 1, 8, 64 and the primitives' V (:mod:`benchlib.verify_greedy`).
 * **efficiency** -- block efficiency E[tau] + 1 (with its standard error) of each verifier on
   the synthetic families of :mod:`specjax.verify.synthetic`, the measured P(tau >= 1) and the
   optimal single-step acceptance at the root that no lossless verifier can beat (1 - TV for a
@@ -46,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
-from benchlib import verify_report, verify_share
+from benchlib import verify_greedy, verify_report, verify_share
 from benchlib.verify_inputs import (
     CHAIN,
     MULTIPATH,
@@ -66,7 +68,8 @@ _FULL = flags.DEFINE_bool("full", False, "Wider grid (B = 1, 8, 64; more V and L
 _PARTS = flags.DEFINE_list(
     "parts",
     ["timing", "primitives", "efficiency"],
-    "Parts to run: timing, primitives, efficiency, share (SmolLM2 tree forward; not default).",
+    "Parts to run: timing, primitives, efficiency; share (SmolLM2 tree forward) and greedy "
+    "(greedy verification taken apart) are not default.",
 )
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown tables to this file.")
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
@@ -347,7 +350,7 @@ def main(argv):
         bound_rows=_BOUND_ROWS.value or grid.bound_rows,
         min_time=_MIN_TIME.value if _MIN_TIME.value is not None else grid.min_time,
     )
-    unknown = set(_PARTS.value) - {"timing", "primitives", "efficiency", "share"}
+    unknown = set(_PARTS.value) - {"timing", "primitives", "efficiency", "share", "greedy"}
     if unknown:
         raise app.UsageError(f"unknown --parts {sorted(unknown)}")
     run = benchlib.Run()
@@ -368,6 +371,8 @@ def main(argv):
         sections.append(run_efficiency(grid, k_eff))
     if "share" in _PARTS.value:
         sections.append(verify_share.run_share(timer, k_time))
+    if "greedy" in _PARTS.value:
+        sections.append(verify_greedy.run_greedy(timer, k_time, vocab=grid.prim[1]))
     sections.append(run.summary("timed calls"))
     if code_digest() != digest:
         sections.append(

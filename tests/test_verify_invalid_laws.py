@@ -64,3 +64,23 @@ def test_invalid_draft_law_ends_the_draft(name):
             got = f(jax.random.key(s), pick(d.tokens), probs, pick(d.target_probs), num_draft=full)
             for a, c in zip(as_tuple(got), as_tuple(want[s]), strict=True):
                 np.testing.assert_array_equal(a, c, err_msg=f"{name} {kind} key {s}")
+
+
+def test_greedy_rule_is_greedy_verify_after_the_law_check():
+    """``greedy_rule`` (what ``bench_verify.py --parts=greedy`` times without the law check) is
+    greedy verification itself: on clean laws it gives ``greedy_verify``'s result, and with a
+    bad law it gives that result once handed the check's cut lengths."""
+    from specjax.verify import common, greedy
+
+    b, l = 24, 4
+    d = make_draft(15, b=b, k=1, l=l)
+    tokens, q, p = d.tokens[:, 0], np.array(d.draft_probs[:, 0]), d.target_probs[:, 0]
+    key = jax.random.key(0)
+    same = lambda x, y: all(np.array_equal(a, c) for a, c in zip(x, y, strict=True))
+    want = as_tuple(greedy.greedy_verify(key, tokens, jnp.asarray(q), p))
+    assert same(want, as_tuple(greedy.greedy_rule(tokens, None, p)))
+    q[::2, 0] = np.nan  # rows 0, 2, ... draft nothing valid
+    _, cut = common.sanitize_draft(jnp.asarray(q), None)
+    got = as_tuple(greedy.greedy_rule(tokens, cut, p))
+    assert same(got, as_tuple(greedy.greedy_verify(key, tokens, jnp.asarray(q), p)))
+    assert np.all(got[0][::2] == 0) and np.any(want[0][::2] > 0)

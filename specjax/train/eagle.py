@@ -91,8 +91,8 @@ class Windows:
     The data's tokens and features (float16 ``[Z, A', D]``, A' the stored layers: 4.6 KB a
     token for SmolLM2) are copied to the device once; a batch sends only the windows' places
     and is gathered there. Gathering them with NumPy on the host took ~90 ms a step on an H100
-    host, with the GPU ~8% busy; gathered here, the shipped head trained at ~660k tok/s on an
-    H200 (BENCHMARKS.md, "A larger data size on a lent H200").
+    host, with the GPU ~8% busy; gathered here, the H200 heads trained at ~660k tok/s
+    (BENCHMARKS.md, "A larger data size on a lent H200").
     """
 
     def __init__(self, data: dict, layer_index: list[int], d2t: np.ndarray, seq_len: int, ttt: int):

@@ -38,11 +38,18 @@ def greedy_verify(
       as ``jnp.argmax`` in the autoregressive baseline.
     """
     del key
-    b, l, _ = check_chain_inputs(
-        "greedy_verify", draft_tokens, draft_probs, target_probs, num_draft
-    )
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
-    n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
+    check_chain_inputs("greedy_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    _, num_draft = sanitize_draft(draft_probs, num_draft)
+    return greedy_rule(draft_tokens, num_draft, target_probs)
+
+
+def greedy_rule(draft_tokens: Array, num_draft: Array | None, target_probs: Array) -> VerifyResult:
+    """:func:`greedy_verify` after its input checks and the draft-law check: the longest prefix
+    of ``draft_tokens [B, L]`` (cut at ``num_draft [B]``) that matches the argmax of
+    ``target_probs [B, L+1, V]``, and the argmax after it. It reads no draft law; the
+    benchmarks time it apart to price the law check (``bench_verify.py --parts=greedy``)."""
+    b, l = draft_tokens.shape
+    n = valid_lengths(num_draft, draft_tokens, target_probs.shape[-1])  # [B]
     argmax = argmax_first(target_probs)  # [B, L+1]
     match = (draft_tokens == argmax[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
     tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)

@@ -177,7 +177,11 @@ def main(argv):
             "train_seconds": round(train_seconds, 1),
             "data_seconds_this_run": round(data_seconds, 1),
         },
-        "heldout": {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()},
+        "heldout": {
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()},
+            "prompts": f"ShareGPT prompts 0-{min(n_hold * _PER_SHARD.value, len(texts)) - 1} "
+            f"({n_hold} shard(s) of {_PER_SHARD.value}), never trained on",
+        },
         "hardware": f"{platform.processor() or platform.machine()}, {jax.device_count()} "
         f"{jax.devices()[0].platform} device(s) ({jax.devices()[0].device_kind}), "
         f"jax {jax.__version__}",

@@ -14,8 +14,9 @@ Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 1
           greedy): 1.19x specjax's autoregressive decoding at the median on the CPU (0.88-1.67x,
           block efficiency 1.99); 1.16x at temperature 1. The previous head (3.0M tokens
           instead of 3.8M) ran 1.69x on an H200 (1.33-2.20x). With widths=auto (this config),
-          in the same CPU run: 1.17x geometric mean at T = 0 (fixed L = 3: 1.18x) and 1.09x at
-          T = 1 (fixed: 1.15x; --config.widths=fixed drafts on every step).
+          in the same CPU run: 1.17x geometric mean at T = 0 (fixed L = 3: 1.18x); at T = 1,
+          with the controller's soft verdicts, 1.12x (fixed: 1.13x in that run;
+          --config.widths=fixed drafts on every step).
           BENCHMARKS.md "A learned draft for SmolLM2".
           The width costs are measured once per compiled program before the first generation's
           timing (the "width calibration" row: about 2 s on the CPU). The default prompt's

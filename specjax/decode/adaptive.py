@@ -175,7 +175,8 @@ def width_step(
         narrow = dataclasses.replace(drafter, draft_len=width)
         new = speculative_step(target, narrow, state, config)
         tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
-    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed)
+    overlap = new.stats.last_overlap if width > 0 and config.soft_verdicts else None
+    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed, overlap)
     return new.replace(control=dataclasses.replace(control, next=jnp.int32(-1)))
 
 

@@ -85,6 +85,12 @@ class DecodeConfig:
         return self.verifier != AUTOREGRESSIVE
 
     @property
+    def soft_verdicts(self) -> bool:
+        """Whether steps report Σ min(p, q) per position for the width controller: chosen
+        widths, and a chain verifier whose acceptance it is (token; block, a lower bound)."""
+        return len(self.widths) > 1 and self.verifier in ("token", "block")
+
+    @property
     def multipath(self) -> bool:
         """Whether the verifier takes ``[B, K, L]`` drafts."""
         return self.speculative and verify.is_multipath(self.verifier)

@@ -73,6 +73,10 @@ class StepStats:
       target_faults: int32 ``[B]`` steps whose target logits were not all finite (a NaN or an
         infinity: broken target weights or an overflow); the row is ended there and
         :func:`check_target` turns it into one error.
+      last_overlap: float32 ``[B, L]`` the latest step's Σ min(p, q) of the target's and the
+        draft's laws at each proposed position of a chain: the probability that token
+        verification accepts there, which the width controller averages instead of the 0/1
+        verdicts (:func:`specjax.decode.widths.observe`); -1 where the step computed none.
     """
 
     steps: Array
@@ -84,6 +88,7 @@ class StepStats:
     last_accepted: Array
     invalid_drafts: Array
     target_faults: Array
+    last_overlap: Array
 
     @classmethod
     def zeros(cls, batch: int, draft_len: int) -> StepStats:
@@ -99,6 +104,7 @@ class StepStats:
             last_accepted=zeros - 1,
             invalid_drafts=zeros,
             target_faults=zeros,
+            last_overlap=jnp.full((batch, draft_len), -1.0, jnp.float32),
         )
 
     def record(
@@ -108,6 +114,7 @@ class StepStats:
         followed: Array,
         invalid: Array | None = None,
         fault: Array | None = None,
+        overlap: Array | None = None,
     ) -> StepStats:
         """The counters after one step (every kind of step calls this, and only this).
 
@@ -118,6 +125,8 @@ class StepStats:
           invalid: bool ``[B]`` rows whose draft was cut at a law that was not a probability
             vector (None: none).
           fault: bool ``[B]`` rows whose target logits were not finite (None: none).
+          overlap: float32 ``[B, L]`` Σ min(p, q) per proposed position, -1 elsewhere (None:
+            not computed).
         """
         l_len = self.position_accepted.shape[1]
         on = active[:, None]
@@ -134,7 +143,17 @@ class StepStats:
             + (0 if invalid is None else (active & invalid).astype(jnp.int32)),
             target_faults=self.target_faults
             + (0 if fault is None else (active & fault).astype(jnp.int32)),
+            last_overlap=self._overlap(on, overlap),
         )
+
+    def _overlap(self, on: Array, overlap: Array | None) -> Array:
+        """``overlap [B, w]`` (w <= L: a narrowed step) padded to ``[B, L]`` with -1, and -1
+        for inactive rows."""
+        if overlap is None:
+            return jnp.full_like(self.last_overlap, -1.0)
+        pad = self.last_overlap.shape[1] - overlap.shape[1]
+        overlap = jnp.pad(overlap.astype(jnp.float32), ((0, 0), (0, pad)), constant_values=-1.0)
+        return jnp.where(on, overlap, -1.0)
 
 
 class NonFiniteTarget(RuntimeError):

@@ -231,15 +231,23 @@ def verify_tree(
       replacement: the drafter's ``replacement`` (how its sibling paths were drawn).
 
     Returns:
-      ``(result, num_draft)``: the verifier's result per row (``num_accepted [B]``, ``path [B]``,
-      ``next_token [B]``) and ``num_draft [B, K]`` cut at the first stop token and at the first
-      draft law that is not a probability vector (the verifier cuts there too).
+      ``(result, num_draft, overlap)``: the verifier's result per row (``num_accepted [B]``,
+      ``path [B]``, ``next_token [B]``), ``num_draft [B, K]`` cut at the first stop token and at
+      the first draft law that is not a probability vector (the verifier cuts there too), and
+      where ``config.soft_verdicts``, Σ min(p, q) at each position of the chain ``[B, L]``
+      (-1 past its proposed tokens; else None).
     """
     num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
-    _, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
+    clean, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
     target_probs = tree_laws(config, logits, *draft.tokens.shape[1:])  # [B, K, L + 1, V]
     result = verify_rows(config, keys, draft, num_draft, target_probs, replacement=replacement)
-    return result, num_draft
+    overlap = None
+    if config.soft_verdicts and draft.tokens.shape[1] == 1:
+        l_len = draft.tokens.shape[2]
+        both = jnp.minimum(target_probs[:, 0, :l_len], clean[:, 0])  # [B, L, V]
+        proposed = jnp.arange(l_len)[None, :] < num_draft  # [B, L]
+        overlap = jnp.where(proposed, jnp.sum(both, axis=-1), -1.0)
+    return result, num_draft, overlap
 
 
 def tree_laws(config: DecodeConfig, logits: Array, k_paths: int, l_len: int) -> Array:
@@ -337,7 +345,9 @@ def commit_tree(
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
     """
     b, k_paths, l_len = draft.tokens.shape
-    result, num_draft = verify_tree(config, k_verify, draft, logits, replacement=replacement)
+    result, num_draft, overlap = verify_tree(
+        config, k_verify, draft, logits, replacement=replacement
+    )
     tau, path = result.num_accepted, result.path  # [B], [B]
 
     # Commit the accepted prefix of the followed path and the next token.
@@ -363,6 +373,6 @@ def commit_tree(
         lengths=lengths,
         done=done | (active & fault),
         target_cache=cache,
-        stats=state.stats.record(active, tau, followed, invalid, fault),
+        stats=state.stats.record(active, tau, followed, invalid, fault, overlap),
     )
     return new_state, path, tau

@@ -11,7 +11,9 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
 
 * ``WidthControl.accept [B, L]``: per row, an exponential moving average of "draft position i was
   accepted, given that positions < i were accepted and i was proposed", updated after each step
-  from the verdicts of *earlier* steps. For a drafter without a free look at its proposals the
+  from the verdicts of *earlier* steps, or where a chain step reports it, their expectation
+  Σ min(p, q) (token verification's acceptance; the verdict itself at T = 0, less noise at
+  T > 0; :attr:`DecodeConfig.soft_verdicts`). For a drafter without a free look at its proposals the
   choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
   started at the pair's prior, that the fast one resets when it departs from it by more than
   its own noise (:data:`CHANGE`; downwards only when the next verdict confirms it), so a run of
@@ -82,14 +84,8 @@ BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
 reads the level lifted by this many standard errors of a row observed ``seen + PRIOR_WEIGHT``
 times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Off (0) as
-shipped. Rows of one pair differ (the SmolLM2 head's fixed drafting ran at block efficiency
-1.45-2.43 from prompt to prompt), and a good row whose level a few early rejections pulled
-down waits for probes; at 1 the simulation keeps 98% of the better of fixed and autoregressive
-for such rows instead of 95%, and the head's benchmark ran at 99% of fixed drafting at T = 0.
-But where calibration puts a pair whose drafts lose just above its break-even (Shakespeare at
-T = 1: fixed drafting 0.95x), the lift pulled rows back into drafting, each time after idle
-steps and so paying the draft's catch-up: 0.77x autoregressive instead of 1.05x. Until the lift
-knows how much the pair's rows differ, it stays off (BENCHMARKS.md, session 11)."""
+shipped: it helped rows of the SmolLM2 head and cost the Shakespeare pair at T = 1 its gain
+(docs/adaptive_width.md; BENCHMARKS.md, session 11)."""
 
 MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
@@ -338,6 +334,7 @@ def observe(
     active: Array,
     tau: Array,
     proposed: Array,
+    overlap: Array | None = None,
 ) -> WidthControl:
     """The controller after a step, given its verdicts (for later steps' choices).
 
@@ -347,15 +344,18 @@ def observe(
       tau: int ``[B]`` accepted draft tokens.
       proposed: int ``[B]`` draft tokens the followed path proposed (0 at width 0, where a
         drafter with a free proposal may pass 1 and tau in {0, 1} for its first token).
+      overlap: float32 ``[B, L]`` Σ min(p, q) per position (-1: none), averaged instead of the
+        verdicts (their expectation; module docstring). Stops and checks follow the verdicts.
     """
     l_len = control.accept.shape[1]
     pos = jnp.arange(l_len)[None, :]
     seen = active[:, None] & (pos < proposed[:, None]) & (pos <= tau[:, None])  # [B, L]
     hit = (pos < tau[:, None]).astype(jnp.float32)
+    value = hit if overlap is None else jnp.where(overlap >= 0, overlap, hit)  # [B, L]
     rate = jnp.maximum(RATE, 1.0 / (control.seen + 2).astype(jnp.float32))  # [B, L]
-    accept = jnp.where(seen, control.accept + rate * (hit - control.accept), control.accept)
+    accept = jnp.where(seen, control.accept + rate * (value - control.accept), control.accept)
     slow = jnp.maximum(SLOW, 1.0 / (control.seen + 1 + PRIOR_WEIGHT).astype(jnp.float32))
-    level = jnp.where(seen, control.level + slow * (hit - control.level), control.level)
+    level = jnp.where(seen, control.level + slow * (value - control.level), control.level)
     changed = seen & (control.seen >= 3) & (jnp.abs(accept - level) > CHANGE * _noise(level))
     down = changed & (accept < level) & (hit == 0.0)  # a rejection that departs downwards
     confirmed = down & control.suspect  # and the one before it at this position did too

@@ -20,9 +20,11 @@ Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 1
           BENCHMARKS.md "A learned draft for SmolLM2".
           The width costs are measured once per compiled program before the first generation's
           timing (the "width calibration" row: about 2 s on the CPU). The default prompt's
-          answer is accepted less than most (block efficiency 1.08-1.22 with widths=auto):
-          one-shot with --config.compare_autoregressive=True it ran 0.84-0.91x (four runs,
-          2026-11-27; the H100 head gave 0.91-0.94x).
+          answer is short (56 tokens): one-shot with --config.compare_autoregressive=True it ran
+          0.84-0.91x at block efficiency 1.70 (two runs, 2026-11-27, session-17 head; the
+          session-16 head drafted less there, 1.08-1.22, and also ran 0.84-0.91x). Why the
+          higher block efficiency did not show in the speed there was not measured apart; a
+          one-shot comparison of a 0.1-0.2 s decode is noisy.
 """
 
 from specjax.config_files import sibling_config

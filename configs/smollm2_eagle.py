@@ -24,7 +24,7 @@ Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 1
           0.84-0.91x at block efficiency 1.70 (two runs, 2026-11-27, session-17 head; the
           session-16 head drafted less there, 1.08-1.22, and also ran 0.84-0.91x). Why the
           higher block efficiency did not show in the speed there was not measured apart; a
-          one-shot comparison of a 0.1-0.2 s decode is noisy.
+          one-shot comparison of a ~1.5 s decode is noisy (±10%).
 """
 
 from specjax.config_files import sibling_config

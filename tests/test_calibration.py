@@ -15,6 +15,7 @@ from specjax.decode.buckets import DEFAULT
 from specjax.decode.calibration import Calibration
 from specjax.decode.seams import PROGRAMS, Run
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters.base import catches_up
 from tests.test_widths import (  # noqa: F401 (fixtures)
     GREEDY,
     NEW_TOKENS,
@@ -117,7 +118,7 @@ def test_a_model_drafts_switch_is_booked_per_width0_step_it_missed(models):  # n
     assert record.switch_costs(grows=False) == (2.0, 0.0)
     assert record.switch_costs(grows=True) == (0.0, 2.0 / 50)
     draft = ModelDrafter(models[1], num_paths=1, draft_len=3, sampling=GREEDY)
-    assert adaptive.catch_up_grows(draft) and not adaptive.catch_up_grows(NgramDrafter(8))
+    assert catches_up(draft) and not catches_up(NgramDrafter(8))
 
 
 def test_a_row_starts_from_the_pairs_prior():

@@ -24,7 +24,6 @@ from specjax.decode.step import (
     feature_layers,
     speculative_step,
 )
-from specjax.drafters.base import catches_up
 from specjax.models.pure import PureModel
 from specjax.typing import Array
 
@@ -56,13 +55,6 @@ def free_look(drafter) -> bool:
     """Whether the drafter's first proposal is known before drafting (:meth:`hint`), so a
     width-0 step can check it for free; drafters without one need probes instead."""
     return hasattr(drafter, "hint")
-
-
-def catch_up_grows(drafter) -> bool:
-    """Whether the drafter's catch-up after width-0 steps grows with them (a model draft feeds
-    every token it missed, :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`; a feature
-    draft flushes its few pending tokens as it goes, an n-gram drafter has nothing to feed)."""
-    return catches_up(drafter)
 
 
 def choose_width(

@@ -27,6 +27,7 @@ from specjax.decode.inputs import PreparedBatch, check_seed, on_device, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import DecodeState, check_target
+from specjax.drafters.base import catches_up
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure
 
@@ -195,8 +196,7 @@ class Run:
         """What a probe costs beyond its step, in width-0 steps: ``(switch, catch_up per
         width-0 step)`` (:meth:`Calibration.switch_costs`; zeros where costs are given)."""
         record = None if self.config.width_costs else self.calibration()
-        grows = adaptive.catch_up_grows(self.drafter)
-        return (0.0, 0.0) if record is None else record.switch_costs(grows)
+        return (0.0, 0.0) if record is None else record.switch_costs(catches_up(self.drafter))
 
     @property
     def calibrated(self) -> bool:

@@ -77,5 +77,7 @@ def draws_with_replacement(drafter) -> bool:
 def catches_up(drafter) -> bool:
     """Whether ``drafter`` feeds, at its next draft, every committed token it has not seen (a
     model draft: :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`), so its cache may fall
-    behind: over width-0 steps, or from the start (``ModelDrafter.init(lazy=True)``)."""
+    behind: over width-0 steps, or from the start (``ModelDrafter.init(lazy=True)``), and its
+    catch-up grows with the steps it missed (a feature draft flushes its few pending tokens as
+    it goes; an n-gram drafter has nothing to feed)."""
     return bool(getattr(drafter, "idle_catch_up", False))

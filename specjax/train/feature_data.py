@@ -199,12 +199,14 @@ def load_shards(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
             raise ValueError("shards store different feature layers; regenerate them together")
     small = [{k: f[k] for k in ("tokens", "offsets", "prompt_lengths")} for f in files]
     sizes = [len(p["tokens"]) for p in small]
-    first = files[0]["features"]
+    first = files[0]["features"]  # read once: it gives the shape and dtype, then is copied
     features = np.empty((sum(sizes), *first.shape[1:]), first.dtype)  # [Z, A', D]
-    at = 0
-    for i, (f, n) in enumerate(zip(files, sizes, strict=True)):
-        features[at : at + n] = first if i == 0 else f["features"]
-        at, first = at + n, None
+    features[: sizes[0]] = first
+    del first
+    at = sizes[0]
+    for f, n in zip(files[1:], sizes[1:], strict=True):
+        features[at : at + n] = f["features"]
+        at += n
     starts = np.cumsum([0, *sizes[:-1]])
     offsets = [p["offsets"][:-1] + s for p, s in zip(small, starts, strict=True)]
     return {

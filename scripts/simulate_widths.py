@@ -210,6 +210,8 @@ def stepper(l_len: int, soft: bool = False, concentration: float = 2.0):
 
 def main(argv):
     del argv
+    if set(_SOFT.value) - {"0", "1"}:
+        raise app.UsageError(f"--soft takes 0 and/or 1 (e.g. --soft=0,1), not {_SOFT.value}")
     shipped = widths.RATE
     rates = [float(r) for r in _RATES.value] or [shipped]
     rows = []

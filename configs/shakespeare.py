@@ -28,6 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.num_speculative_tokens = 4  # L
     c.num_paths = 1  # K (> 1 needs specinfer, spectr or gbv)
     c.replacement = True  # the drafter's; False: paths drawn without replacement (specinfer only)
+    c.top_paths = False  # drafter=eagle: paths start at the head's K likeliest tokens (T = 0)
     c.widths = "auto"  # auto: each step drafts L or none (a one-token step) | fixed | e.g. 0,2,4
     c.width_costs = ""  # "" = measured; e.g. 1,1.8: pinned (samples then repeat across runs)
     # Speculative speculative decoding (mode=ssd; see configs/shakespeare_ssd.py).

@@ -10,10 +10,16 @@ excluded). Run from the repo root:
 
   python scripts/bench_eagle.py --mtbench=20 --draft_lens=3,4,5 --temperatures=0,1 \
       --output=/tmp/bench_eagle.md --json=/tmp/bench_eagle.json
+
+``--hard_verdicts`` (with ``--adaptive``) adds, at temperature > 0, the width controller fed 0/1
+verdicts instead of Σ min(p, q) (``DecodeConfig.soft_verdicts`` off), side by side.
+``--top_paths=3,4`` adds, at temperature 0, trees of K paths from the head's K most likely first
+tokens (``FeatureDrafter(top_paths=True)``, verified by SpecInfer) for each L.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -35,9 +41,28 @@ _TEMPS = flags.DEFINE_list("temperatures", ["0", "1"], "temperatures (T > 0: blo
 _ADAPTIVE = flags.DEFINE_bool(
     "adaptive", False, "also run each L with widths (0, L): the step's width chosen on device"
 )
+_HARD = flags.DEFINE_bool(
+    "hard_verdicts",
+    False,
+    "with --adaptive at T > 0, also run the controller on 0/1 verdicts (before soft verdicts)",
+)
+_TOP = flags.DEFINE_list(
+    "top_paths",
+    [],
+    "at T = 0, also run each L with K paths from the head's top K first tokens (specinfer)",
+)
 _REPEATS = flags.DEFINE_integer("repeats", 1, "timed interleaved rounds (median)")
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
+
+
+@dataclasses.dataclass(frozen=True)
+class HardVerdicts(DecodeConfig):
+    """The width controller averaging 0/1 verdicts, as before soft verdicts (an A/B control)."""
+
+    @property
+    def soft_verdicts(self) -> bool:
+        return False
 
 
 def prompts() -> dict[str, str]:
@@ -63,6 +88,17 @@ def main(argv):
             if _ADAPTIVE.value:
                 adaptive = DecodeConfig(verifier, params, n, widths=(0, l_len))
                 configs[f"head L={l_len} adaptive"] = (adaptive, drafter)
+                if _HARD.value and temp > 0:
+                    hard = HardVerdicts(verifier, params, n, widths=(0, l_len))
+                    configs[f"head L={l_len} adaptive hard"] = (hard, drafter)
+            for k_paths in map(int, _TOP.value if temp == 0 else ()):
+                top = FeatureDrafter(
+                    head, num_paths=k_paths, draft_len=l_len, sampling=params, top_paths=True
+                )
+                configs[f"head top K={k_paths} L={l_len}"] = (
+                    DecodeConfig("specinfer", params, n),
+                    top,
+                )
         for name, text in prompts().items():
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
             runs = {

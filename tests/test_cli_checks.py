@@ -58,7 +58,12 @@ def one_error_line(fn, cfg) -> str:
         (dict(top_k=-1), "top_k must be >= 0"),
         (dict(num_speculative_tokens=0), "num_speculative_tokens must be in [1, 64]"),
         (dict(num_paths=3, verifier="block"), "one chain but the drafter proposes 3 paths"),
-        (dict(drafter="ngram", num_paths=2, verifier="specinfer"), "n-gram paths"),
+        (dict(drafter="ngram", num_paths=2, verifier="specinfer"), "fixed draft paths"),
+        (dict(top_paths=True), "top_paths branches a feature head's draft"),
+        (
+            dict(drafter="eagle", top_paths=True, num_paths=3, verifier="specinfer"),
+            "exact at temperature 0 only",
+        ),
         (dict(ngram_min=3, ngram_max=2, drafter="ngram"), "ngram_max must be in [3, 64]"),
         (dict(max_new_tokens=0), "max_new_tokens must be >= 1"),
         (dict(batch_size=0), "batch_size must be >= 1"),

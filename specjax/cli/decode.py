@@ -169,7 +169,7 @@ def build(cfg, mesh=None, draft_mesh=None):
         if mesh is not None:  # the head is small: replicated, reading the target's embedding
             sharding.shard_module(head, mesh, replicated=True)
             head.embed = Frozen(target_module.embed[...])
-        drafter = FeatureDrafter(head, **shape, sampling=sampling)  # i.i.d. paths only
+        drafter = FeatureDrafter(head, **shape, sampling=sampling, top_paths=cfg.top_paths)
     else:
         drafter = None
     return target, tokenizer, drafter, config

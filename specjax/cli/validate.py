@@ -67,12 +67,18 @@ def check_decode(cfg) -> None:
         verifier, sampling, cfg.max_new_tokens, (), widths=widths(cfg), width_costs=width_costs(cfg)
     )
     if config.speculative:  # the drafter's own checks, before the models are loaded
-        check_paths(config, k_paths, fixed=drafter == "ngram" and k_paths > 1)
+        fixed = drafter == "ngram" or (drafter == "eagle" and cfg.top_paths)
+        check_paths(config, k_paths, fixed=fixed and k_paths > 1)
         check_replacement(config, cfg.replacement)  # replacement configures the drafter
     shape_buckets(cfg)
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
+    if cfg.top_paths and drafter != "eagle":
+        raise ConfigError(
+            f"top_paths branches a feature head's draft; drafter={drafter} has none: set "
+            "drafter=eagle or top_paths=False"
+        )
     if drafter == "eagle":
         head_source(cfg.draft)
         if not cfg.replacement:

@@ -49,7 +49,8 @@ def check_seed(seed: int, headroom: int = 0) -> None:
 
 def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
     """One clear error unless ``config``'s verifier can verify ``num_paths`` draft paths;
-    ``fixed``: the paths are fixed proposals (n-gram matches), not i.i.d. samples."""
+    ``fixed``: the paths are fixed proposals (n-gram matches, a feature head's top choices), not
+    i.i.d. samples."""
     if config.multipath is False and num_paths > 1:
         raise ValueError(
             f"verifier {config.verifier!r} verifies one chain but the drafter proposes "
@@ -58,12 +59,12 @@ def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
     if fixed:
         if not config.sampling.greedy:
             raise ValueError(
-                f"{num_paths} n-gram paths are fixed proposals, not i.i.d. draft "
-                "samples: exact at temperature 0 only; set temperature=0 or num_paths=1"
+                f"{num_paths} fixed draft paths (n-gram matches, top_paths) are not i.i.d. "
+                "draft samples: exact at temperature 0 only; set temperature=0 or num_paths=1"
             )
         if config.verifier != "specinfer":
             raise ValueError(
-                f"{num_paths} n-gram paths sharing a prefix propose different next "
+                f"{num_paths} fixed draft paths sharing a prefix propose different next "
                 f"tokens, which {config.verifier!r} (built for i.i.d. paths) does not allow; "
                 "use verifier=specinfer"
             )

@@ -12,7 +12,9 @@ Proposing feeds the pending pairs, samples the root children from the last one's
 all K paths one depth per call, each feeding its parent's own output h as g (tree attention as
 :class:`~specjax.drafters.ModelDrafter`). Each token is drawn from the head's processed law over
 its W-id draft vocabulary; that law scattered into the V-vector (zeros outside the draft
-vocabulary) is exactly the law reported to the verifier.
+vocabulary) is exactly the law reported to the verifier. With ``top_paths`` the K paths are
+fixed proposals instead: the head's K most likely root children, then its argmax, each reported
+as the point mass at its token (docs/feature_drafter.md, "Top paths").
 """
 
 from __future__ import annotations
@@ -53,14 +55,19 @@ class FeatureState:
 class FeatureDrafter:
     """Drafts with an :class:`EagleHead` on the target's features.
 
-    ``FeatureDrafter(head, *, num_paths=1, draft_len=4, sampling)``: every argument after the
-    head is keyword-only (the order every drafter shares).
+    ``FeatureDrafter(head, *, num_paths=1, draft_len=4, sampling, top_paths=False)``: every
+    argument after the head is keyword-only (the order every drafter shares).
 
     Attributes:
       head: the head (a :class:`PureModel` of it, or the module, split on construction).
-      num_paths: K (i.i.d. paths).
+      num_paths: K (i.i.d. paths, or the head's top choices with ``top_paths``).
       draft_len: L.
       sampling: the :class:`~specjax.sampling.SamplingParams` (same as the target's).
+      top_paths: False: every token is drawn from the head's processed law. True: fixed
+        proposals (EAGLE-2's branching at the root): path k starts with the head's k-th most
+        likely draft token and goes on with its most likely one at every depth; each law
+        reported is the point mass at its token. With K > 1 the paths are not i.i.d., so they
+        are exact at temperature 0 only (``specinfer``), as the n-gram drafter's.
     """
 
     head: PureModel
@@ -68,6 +75,7 @@ class FeatureDrafter:
     num_paths: int = dataclasses.field(default=1, metadata=dict(static=True))
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
+    top_paths: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.head, EagleHead):
@@ -77,9 +85,20 @@ class FeatureDrafter:
                 f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "
                 f"and {self.draft_len}"
             )
+        if self.top_paths and self.num_paths > self.head.config.draft_vocab:
+            raise ValueError(
+                f"top_paths: num_paths {self.num_paths} exceeds the head's draft vocabulary "
+                f"of {self.head.config.draft_vocab} ids; lower num_paths"
+            )
 
-    replacement = True  # the K paths are i.i.d.
-    greedy_only = False  # sampled from the head's law: exact at any temperature
+    replacement = True  # the K paths are i.i.d. (or fixed: greedy_only)
+
+    @property
+    def greedy_only(self) -> bool:
+        """Whether the paths are exact at temperature 0 only (``top_paths`` with K > 1: fixed
+        proposals, not i.i.d.). Sampled paths are exact at any temperature."""
+        return self.top_paths and self.num_paths > 1
+
     tensor_parallel = False  # the head is small: replicated on a mesh
 
     @property
@@ -103,6 +122,14 @@ class FeatureDrafter:
         d2t = self.head.module.d2t[...]
         full = jnp.zeros((*q_w.shape[:-1], self.vocab_size), jnp.float32)
         return q_w, full.at[..., d2t].set(q_w)
+
+    def _point_masses(self, tokens: Array, logits: Array) -> Array:
+        """``[..., V]``: the point masses at ``tokens [...]`` (target ids) that ``top_paths``
+        reports, NaN where the head's ``logits [..., W]`` are not finite (a broken head's law
+        ends the path, as a sampled law with a NaN does)."""
+        ok = jnp.all(jnp.isfinite(logits), axis=-1)  # [...] or, at the root, [B]
+        ok = ok.reshape(ok.shape + (1,) * (tokens.ndim + 1 - ok.ndim))
+        return jnp.where(ok, jax.nn.one_hot(tokens, self.vocab_size, dtype=jnp.float32), jnp.nan)
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int, *, features: Array):
         """The state after the prompts ``[B, T]``, given the target's prefill features
@@ -148,14 +175,20 @@ class FeatureDrafter:
         n_p = state.num_pending
         pick = (n_p - 1)[:, None, None]
         h_root = jnp.take_along_axis(h, pick, axis=1)[:, 0]  # [B, D]
-        q_w, q = self._law(jnp.take_along_axis(logits, pick, axis=1)[:, 0])  # [B, W], [B, V]
+        root = jnp.take_along_axis(logits, pick, axis=1)[:, 0]  # [B, W]
         d2t = head.d2t[...]
         step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
-        q_b = jnp.broadcast_to(q_w[:, None], (b, k_paths, q_w.shape[-1]))
-        first = d2t[jax.vmap(sampling.sample)(step_keys[:, 0], q_b)]  # [B, K]
+        if self.top_paths:
+            first = d2t[jax.lax.top_k(root, k_paths)[1]]  # [B, K]
+            q = self._point_masses(first, root)  # [B, K, V]
+        else:
+            q_w, q = self._law(root)  # [B, W], [B, V]
+            q_b = jnp.broadcast_to(q_w[:, None], (b, k_paths, q_w.shape[-1]))
+            first = d2t[jax.vmap(sampling.sample)(step_keys[:, 0], q_b)]  # [B, K]
+            q = jnp.broadcast_to(q[:, None], (b, k_paths, q.shape[-1]))
         draft = jnp.zeros((b, k_paths, l_len), jnp.int32).at[:, :, 0].set(first)
         probs = jnp.zeros((b, k_paths, l_len, q.shape[-1]), jnp.float32)  # [B, K, L, V]
-        probs = probs.at[:, :, 0].set(q[:, None])
+        probs = probs.at[:, :, 0].set(q)
         g = jnp.broadcast_to(h_root[:, None], (b, k_paths, h_root.shape[-1]))  # [B, K, D]
 
         def grow(depth, carry):  # feed depth-1 tokens with their parents' outputs, sample depth
@@ -165,9 +198,13 @@ class FeatureDrafter:
             h, logits, cache = head(
                 g, draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask
             )
-            q_w, q = self._law(logits)  # [B, K, W], [B, K, V]
-            keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
-            x = d2t[jax.vmap(sampling.sample)(keys_d, q_w)]  # [B, K]
+            if self.top_paths:
+                x = d2t[jnp.argmax(logits, axis=-1)]  # [B, K]
+                q = self._point_masses(x, logits)  # [B, K, V]
+            else:
+                q_w, q = self._law(logits)  # [B, K, W], [B, K, V]
+                keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
+                x = d2t[jax.vmap(sampling.sample)(keys_d, q_w)]  # [B, K]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q), h
 
         cache, draft, probs, _ = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs, g))

@@ -8,6 +8,10 @@ Check:    --config.compare_autoregressive=True prints the speedup and, at temper
           whether the output equals autoregressive decoding token for token.
 Sampling: --config.temperature=1 (block verification against the head's exact law),
           --config.verifier=gbv --config.num_paths=3 (three i.i.d. paths from the head).
+Trees:    --config.top_paths=True --config.num_paths=3 --config.verifier=specinfer (T = 0):
+          paths from the head's three likeliest first tokens. Block efficiency 2.31 at L = 3
+          (the chain: 1.99), but 1.12x instead of 1.20x on the 2-core CPU, where each token
+          the target scores costs (BENCHMARKS.md "Top paths"); made for launch-bound GPUs.
 Hardware: the head was trained on a lent H200 (2026-11-27, session 17); the figures below are
           from the 2-core CPU sandbox, and from an H200 for the head before it.
 Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 128 new tokens,

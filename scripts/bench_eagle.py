@@ -11,10 +11,12 @@ excluded). Run from the repo root:
   python scripts/bench_eagle.py --mtbench=20 --draft_lens=3,4,5 --temperatures=0,1 \
       --output=/tmp/bench_eagle.md --json=/tmp/bench_eagle.json
 
-``--hard_verdicts`` (with ``--adaptive``) adds, at temperature > 0, the width controller fed 0/1
-verdicts instead of Σ min(p, q) (``DecodeConfig.soft_verdicts`` off), side by side.
-``--top_paths=3,4`` adds, at temperature 0, trees of K paths from the head's K most likely first
-tokens (``FeatureDrafter(top_paths=True)``, verified by SpecInfer) for each L.
+``--vary_seed`` samples round r with seed r, so that at T > 0 each prompt contributes several
+answers (block efficiency: the mean over rounds). ``--hard_verdicts`` (with ``--adaptive``)
+adds, at temperature > 0, the width controller fed 0/1 verdicts instead of Σ min(p, q)
+(``DecodeConfig.soft_verdicts`` off), side by side. ``--top_paths=3,4`` adds, at temperature 0,
+trees of K paths from the head's K most likely first tokens (``FeatureDrafter(top_paths=True)``,
+verified by SpecInfer) for each L.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ _TOP = flags.DEFINE_list(
     "at T = 0, also run each L with K paths from the head's top K first tokens (specinfer)",
 )
 _REPEATS = flags.DEFINE_integer("repeats", 1, "timed interleaved rounds (median)")
+_VARY = flags.DEFINE_bool(
+    "vary_seed", False, "round r samples with seed r (T > 0: several answers per prompt)"
+)
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
 
@@ -102,20 +107,22 @@ def main(argv):
         for name, text in prompts().items():
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
             runs = {
-                k: (lambda c=c, d=d, ids=ids: generate(target, [ids], c, d, seed=0))
+                k: (lambda s, c=c, d=d, ids=ids: generate(target, [ids], c, d, seed=s))
                 for k, (c, d) in configs.items()
             }
             times = {k: [] for k in runs}
+            blocks = {k: [] for k in runs}  # block efficiency per round
             gens = {}
-            for _ in range(_REPEATS.value):
+            for r in range(_REPEATS.value):
+                seed = r if _VARY.value else 0
                 for k, run in runs.items():
-                    gens[k] = run()
+                    gens[k] = run(seed)
                     if gens[k].programs_compiled:  # a new shape bucket: time a second run
-                        gens[k] = run()
+                        gens[k] = run(seed)
                     times[k].append(gens[k].metrics.seconds)
+                    blocks[k].append(gens[k].metrics.block_efficiency)
             ar = statistics.median(times["autoregressive"])
             for k in runs:
-                m = gens[k].metrics
                 rec = {
                     "prompt": name,
                     "prompt_tokens": len(ids),
@@ -124,7 +131,7 @@ def main(argv):
                     "seconds": statistics.median(times[k]),
                     "tokens_per_second": n / statistics.median(times[k]),
                     "speedup": ar / statistics.median(times[k]),
-                    "block_efficiency": m.block_efficiency,
+                    "block_efficiency": statistics.mean(blocks[k]),
                     "same_as_autoregressive": gens[k].tokens == gens["autoregressive"].tokens,
                 }
                 records.append(rec)

@@ -79,6 +79,10 @@ def prompts() -> dict[str, str]:
 
 def main(argv):
     del argv
+    if _HARD.value and not _ADAPTIVE.value:
+        raise app.UsageError("--hard_verdicts compares width controllers: add --adaptive")
+    if not all(k.isdigit() and int(k) >= 1 for k in _TOP.value):
+        raise app.UsageError(f"--top_paths takes path counts K >= 1, got {_TOP.value}")
     shipped = load_pair("smollm2_eagle", head=_HEAD.value)
     target, tok, head = shipped.target, shipped.tokenizer, shipped.draft
     n = _NEW.value

@@ -125,10 +125,9 @@ class FeatureDrafter:
 
     def _point_masses(self, tokens: Array, logits: Array) -> Array:
         """``[..., V]``: the point masses at ``tokens [...]`` (target ids) that ``top_paths``
-        reports, NaN where the head's ``logits [..., W]`` are not finite (a broken head's law
-        ends the path, as a sampled law with a NaN does)."""
-        ok = jnp.all(jnp.isfinite(logits), axis=-1)  # [...] or, at the root, [B]
-        ok = ok.reshape(ok.shape + (1,) * (tokens.ndim + 1 - ok.ndim))
+        reports, NaN where the head's ``logits [..., W]`` (broadcast against ``tokens``) are not
+        finite (a broken head's law ends the path, as a sampled law with a NaN does)."""
+        ok = jnp.all(jnp.isfinite(logits), axis=-1)[..., None]  # [..., 1]
         return jnp.where(ok, jax.nn.one_hot(tokens, self.vocab_size, dtype=jnp.float32), jnp.nan)
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int, *, features: Array):
@@ -180,7 +179,7 @@ class FeatureDrafter:
         step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
         if self.top_paths:
             first = d2t[jax.lax.top_k(root, k_paths)[1]]  # [B, K]
-            q = self._point_masses(first, root)  # [B, K, V]
+            q = self._point_masses(first, root[:, None])  # [B, K, V]
         else:
             q_w, q = self._law(root)  # [B, W], [B, V]
             q_b = jnp.broadcast_to(q_w[:, None], (b, k_paths, q_w.shape[-1]))

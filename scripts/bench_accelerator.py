@@ -22,7 +22,9 @@ compile time excluded):
   head ``checkpoints/smollm2_eagle`` (FeatureDrafter, L = 3; needs the real weights), each at a
   fixed width and with the width chosen per step (``widths=(0, L)``, the CLI's default), at
   temperature 0 (greedy verifier; output checked against autoregressive) and 1 (block
-  verifier): tokens/s, speedup, block efficiency, steps per width.
+  verifier; ``--temperatures`` picks): tokens/s, speedup, block efficiency, steps per width,
+  and for each adaptive program its calibrated width costs beside its milliseconds per step
+  when forced to each width for a whole generation.
 * **ssd** -- speculative speculative decoding (``generate_ssd``, temperature 0, 64 new tokens)
   with SmolLM2's first 8 layers as the draft on the host CPU and the target on the accelerator,
   against plain speculation with the same draft on the accelerator (and SSD fused there).
@@ -62,6 +64,9 @@ _SECTIONS = flags.DEFINE_list(
 _BUDGETS = flags.DEFINE_list(
     "budgets", [], "Seconds per section, overriding the defaults, e.g. decode=200,ssd=60."
 )
+_TEMPS = flags.DEFINE_list(
+    "temperatures", [], "The speculative section's temperatures, overriding its 0 and 1."
+)
 _HEAD = flags.DEFINE_string("head", "checkpoints/smollm2_eagle", "The learned draft head.")
 
 QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
@@ -91,6 +96,8 @@ def main(argv):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK_XLA_FLAGS}".strip()
     sizes = accelerator.QUICK if _QUICK.value else accelerator.FULL
     sizes = dataclasses.replace(sizes, budgets=budgets(sizes))
+    if _TEMPS.value:
+        sizes = dataclasses.replace(sizes, temperatures=tuple(map(float, _TEMPS.value)))
     device = jax.devices()[0]
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     stem = f"accelerator_{'quick' if _QUICK.value else device.platform}_{date}"

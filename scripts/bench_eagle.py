@@ -16,12 +16,16 @@ answers (block efficiency: the mean over rounds). ``--hard_verdicts`` (with ``--
 adds, at temperature > 0, the width controller fed 0/1 verdicts instead of Σ min(p, q)
 (``DecodeConfig.soft_verdicts`` off), side by side. ``--top_paths=3,4`` adds, at temperature 0,
 trees of K paths from the head's K most likely first tokens (``FeatureDrafter(top_paths=True)``,
-verified by SpecInfer) for each L.
+verified by SpecInfer) for each L. ``--prompt_bucket=256`` pads every prompt to one length, so
+that each configuration compiles once (an accelerator lease is short; prefill then scores the
+padding too, in every configuration alike). The report and JSON are rewritten after every
+prompt.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 
@@ -30,6 +34,7 @@ from absl import app, flags
 from benchlib.chat_prompts import CHATS
 
 from specjax.decode import DecodeConfig, generate
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import load_pair
 from specjax.sampling import SamplingParams
@@ -57,6 +62,12 @@ _REPEATS = flags.DEFINE_integer("repeats", 1, "timed interleaved rounds (median)
 _VARY = flags.DEFINE_bool(
     "vary_seed", False, "round r samples with seed r (T > 0: several answers per prompt)"
 )
+_BUCKET = flags.DEFINE_integer(
+    "prompt_bucket",
+    None,
+    "pad every prompt to this many tokens (one shape bucket: each configuration compiles once, "
+    "for short accelerator leases); default: the usual power-of-two buckets",
+)
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
 
@@ -83,6 +94,7 @@ def main(argv):
         raise app.UsageError("--hard_verdicts compares width controllers: add --adaptive")
     if not all(k.isdigit() and int(k) >= 1 for k in _TOP.value):
         raise app.UsageError(f"--top_paths takes path counts K >= 1, got {_TOP.value}")
+    buckets = DEFAULT if _BUCKET.value is None else ShapeBuckets(prompt=(_BUCKET.value,))
     shipped = load_pair("smollm2_eagle", head=_HEAD.value)
     target, tok, head = shipped.target, shipped.tokenizer, shipped.draft
     n = _NEW.value
@@ -111,7 +123,7 @@ def main(argv):
         for name, text in prompts().items():
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
             runs = {
-                k: (lambda s, c=c, d=d, ids=ids: generate(target, [ids], c, d, seed=s))
+                k: functools.partial(generate, target, [ids], c, d, buckets=buckets)
                 for k, (c, d) in configs.items()
             }
             times = {k: [] for k in runs}
@@ -120,9 +132,9 @@ def main(argv):
             for r in range(_REPEATS.value):
                 seed = r if _VARY.value else 0
                 for k, run in runs.items():
-                    gens[k] = run(seed)
+                    gens[k] = run(seed=seed)
                     if gens[k].programs_compiled:  # a new shape bucket: time a second run
-                        gens[k] = run(seed)
+                        gens[k] = run(seed=seed)
                     times[k].append(gens[k].metrics.seconds)
                     blocks[k].append(gens[k].metrics.block_efficiency)
             ar = statistics.median(times["autoregressive"])
@@ -143,9 +155,14 @@ def main(argv):
                     f"T={temp:g} {name} {k}: {rec['tokens_per_second']:.1f} tok/s, "
                     f"x{rec['speedup']:.2f}, block efficiency {rec['block_efficiency']:.2f}"
                 )
-    report = render(records)
-    print(report)
-    benchlib.write_report(report, _OUTPUT.value)
+            write(records)  # after every prompt: a run cut off by a time limit keeps its rows
+    print(render(records))
+
+
+def write(records: list[dict]) -> None:
+    """Replaces ``--output`` and ``--json`` with the records so far."""
+    if _OUTPUT.value:
+        benchlib.atomic_write(_OUTPUT.value, render(records))
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(records, f, indent=1)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 
@@ -18,6 +20,8 @@ from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import Bench, encode_chat
 from benchlib.chat_prompts import CHATS
 from specjax.decode import DecodeConfig, generate
+from specjax.decode.buckets import DEFAULT
+from specjax.decode.seams import Run
 from specjax.decode.ssd import SSDConfig, SSDDrafter, generate_ssd, ssd_devices, ssd_rates
 from specjax.decode.ssd.fanout import parse_fan_out
 from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter
@@ -52,11 +56,21 @@ GEN_COLUMNS = [
     Column("speedup", "speedup", ".2f"),
     Column("block_efficiency", "block eff.", ".2f"),
     Column("width_steps", "steps per width"),
+    Column("width_costs", "width costs"),
+    Column("forced_ms", "ms per step forced to each width"),
     Column("same_as_ar", "= AR (T = 0)"),
 ]
 
 
-def _gen_rows(sec: Section, temp: float, prompt: str, timed: dict, new: int) -> None:
+def _gen_rows(
+    sec: Section,
+    temp: float,
+    prompt: str,
+    timed: dict,
+    new: int,
+    costs: dict | None = None,
+    forced: dict | None = None,
+) -> None:
     ar_gen, ar_s = timed["autoregressive"]
     for name, (gen, seconds) in timed.items():
         m = gen.metrics
@@ -69,6 +83,8 @@ def _gen_rows(sec: Section, temp: float, prompt: str, timed: dict, new: int) -> 
             speedup=ar_s / seconds,
             block_efficiency=m.block_efficiency,
             width_steps=_width_steps(m.width_steps),
+            width_costs=(costs or {}).get(name),
+            forced_ms=(forced or {}).get(name),
             same_as_ar=(gen.tokens == ar_gen.tokens) if temp == 0 else None,
         )
         if gen.ssd is not None:
@@ -79,6 +95,30 @@ def _gen_rows(sec: Section, temp: float, prompt: str, timed: dict, new: int) -> 
 def _width_steps(steps: dict) -> str | None:
     """``{0: 12, 4: 30}`` as ``0: 12, 4: 30`` (None where the width was fixed)."""
     return ", ".join(f"{w}: {n}" for w, n in steps.items()) if steps else None
+
+
+def _width_costs(target, ids: list[int], config: DecodeConfig, drafter) -> str:
+    """The width costs the controller used for this program (calibrated in the warm-up; the
+    guess where the calibration was cut off or forgotten), e.g. ``1.00, 1.27``."""
+    run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
+    return ", ".join(f"{c:.2f}" for c in run.costs)
+
+
+def _forced_ms(target, ids: list[int], config: DecodeConfig, drafter) -> str:
+    """Milliseconds per step of this adaptive program forced to each width for a whole
+    generation (the second of two runs), e.g. ``2.10, 2.05``: what its calibrated costs
+    estimate, measured the way a generation spends it."""
+    run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
+    out = []
+    for i in range(len(config.widths)):
+        for _ in range(2):  # the first run of a width is slower
+            state = jax.block_until_ready(run.start())
+            start = time.perf_counter()
+            state = jax.block_until_ready(run.decode(state, config.max_new_tokens, force=i))
+            seconds = time.perf_counter() - start
+            steps = run.take_steps()
+        out.append(f"{1e3 * seconds / max(steps, 1):.2f}")
+    return ", ".join(out)
 
 
 def speculative_section(sec: Section, bench: Bench) -> None:
@@ -108,7 +148,9 @@ def speculative_section(sec: Section, bench: Bench) -> None:
         f"n-gram drafter: L = {sizes.ngram_len}, n = 3..1 (configs/smollm2.py). T = 0: greedy "
         "verifier; T = 1: block verifier. Each drafter drafts L tokens every step, and, as the "
         "CLI does by default (widths=auto), L or none per step (`adaptive (0, L)`: its "
-        "calibration runs in the warm-up, before the timed rounds)."
+        "calibration runs in the warm-up, before the timed rounds). Width costs: the calibrated "
+        "cost of a step at each width in width-0 steps; ms per step forced to each width: the "
+        "same program forced to each width for a whole generation (what the costs estimate)."
     )
     new = sizes.new_tokens
     configs = {}  # temperature -> method -> (config, drafter)
@@ -126,6 +168,7 @@ def speculative_section(sec: Section, bench: Bench) -> None:
             configs[temp][f"{name} L={l_len}"] = (spec, drafter)
             adaptive = dataclasses.replace(spec, widths=(0, l_len))
             configs[temp][f"{name} adaptive (0, {l_len})"] = (adaptive, drafter)
+    temps = sizes.temperatures
     for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
         ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
         for temp in sizes.temperatures:
@@ -133,12 +176,23 @@ def speculative_section(sec: Section, bench: Bench) -> None:
                 name: functools.partial(generate, target, [ids], c, d, seed=0)
                 for name, (c, d) in configs[temp].items()
             }
-            timed = sec.item(
-                f"T={temp:g} {prompt}",
-                lambda runs=runs: _timed_generations(runs, sizes.gen_repeats),
-            )
-            if timed is not None:
-                _gen_rows(sec, temp, prompt, timed, new)
+            adaptive = {name: cd for name, cd in configs[temp].items() if cd[0].widths}
+
+            # Each program forced to each width costs 2 runs per width: --quick times one (the
+            # code path).
+            timed_forced = adaptive
+            if sizes.quick:
+                timed_forced = dict(list(adaptive.items())[: 1 if temp == temps[0] else 0])
+
+            def measure(runs=runs, ids=ids, adaptive=adaptive, timed_forced=timed_forced):
+                timed = _timed_generations(runs, sizes.gen_repeats)
+                costs = {name: _width_costs(target, ids, *cd) for name, cd in adaptive.items()}
+                forced = {name: _forced_ms(target, ids, *cd) for name, cd in timed_forced.items()}
+                return timed, costs, forced
+
+            measured = sec.item(f"T={temp:g} {prompt}", measure)
+            if measured is not None:
+                _gen_rows(sec, temp, prompt, measured[0], new, *measured[1:])
 
 
 def _random_head(target: PureModel) -> EagleHead:

@@ -38,6 +38,7 @@ from benchlib.verify_inputs import (
 from specjax.models import (
     KVCache,
     LlamaConfig,
+    attention,
     config,
 )
 from specjax.models.pure import PureModel
@@ -163,10 +164,13 @@ def decode_section(sec: Section, bench: Bench) -> None:
     ]
     bw = bench.copy_bandwidth()
     ctx, cap = sizes.context, sizes.capacity
+    window = min(cap, max(attention.MIN_WINDOW, 1 << ctx.bit_length()))  # ctx + 1 slots live
     sec.note(
         f"Context {ctx} tokens, KV capacity S = {cap}; floor = (weights read + KV of the "
-        f"context) / copy bandwidth {bw / 1e9:.0f} GB/s. The step attends over all S slots with "
-        "a mask, so it reads the whole cache: the 'all S slots' floor counts that."
+        f"context) / copy bandwidth {bw / 1e9:.0f} GB/s. The step attends over the live window "
+        "(`specjax.models.attention`): the first W slots, W the live length rounded up to a "
+        f"power of two (at least {attention.MIN_WINDOW}, at most S; here W = {window}); the "
+        "'all S slots' floor counts every slot, what a step read before the windows."
     )
     for label, cfg, make in decode_models(bench):
         free = device_free_bytes()

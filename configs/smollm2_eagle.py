@@ -11,13 +11,16 @@ Sampling: --config.temperature=1 (block verification against the head's exact la
 Trees:    --config.top_paths=True --config.num_paths=3 --config.verifier=specinfer (T = 0):
           paths from the head's three likeliest first tokens. Block efficiency 2.31 at L = 3
           (the chain: 1.99), but 1.12x instead of 1.20x on the 2-core CPU, where each token
-          the target scores costs (BENCHMARKS.md "Top paths"); made for launch-bound GPUs.
+          the target scores costs (BENCHMARKS.md "Top paths"). On an H200 the tree is the
+          fastest drafting: 1.88x geometric mean at T = 0 (1.46-2.54x on the 23 prompts; the
+          chain 1.76x), and at T = 1 --config.num_speculative_tokens=4 ran 1.52-2.30x
+          (2026-11-27, session 19).
 Hardware: the head was trained on a lent H200 (2026-11-27, session 17); the figures below are
-          from the 2-core CPU sandbox, and from an H200 for the head before it.
+          from the 2-core CPU sandbox, where this config's L = 3 chain measured fastest.
 Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 128 new tokens,
           greedy): 1.19x specjax's autoregressive decoding at the median on the CPU (0.88-1.67x,
-          block efficiency 1.99); 1.16x at temperature 1. The previous head (3.0M tokens
-          instead of 3.8M) ran 1.69x on an H200 (1.33-2.20x). With widths=auto (this config),
+          block efficiency 1.99); 1.16x at temperature 1. On an H200, 1.71x at the median
+          (1.38-2.43x). With widths=auto (this config),
           in the same CPU run: 1.17x geometric mean at T = 0 (fixed L = 3: 1.18x); at T = 1,
           with the controller's soft verdicts, 1.12x (fixed: 1.13x in that run;
           --config.widths=fixed drafts on every step).

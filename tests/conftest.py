@@ -14,6 +14,32 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+def _cpu_only() -> bool:
+    """Whether JAX runs on the CPU alone here (JAX_PLATFORMS=cpu, or no GPU or TPU plugin)."""
+    from importlib import metadata
+
+    if os.environ.get("JAX_PLATFORMS") == "cpu":
+        return True
+    names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in metadata.distributions()}
+    return not any(n.startswith(("jax-cuda", "jax-rocm", "libtpu")) for n in names)
+
+
+# Compiling is three quarters of the default tier's time on the CPU (its tiny models run in
+# microseconds, and tests compile programs of their own). XLA:CPU with LLVM at -O0 compiles them
+# in about two thirds of the time: the same optimized HLO, slower machine code (floats may differ
+# in their last bits from -O2's, in every program alike); on 2 cores the default tier took 9:33
+# instead of 12:45-15:37 (2026-11-27). A level set in XLA_FLAGS wins, and
+# SPECJAX_TEST_XLA_DEFAULTS=1 keeps XLA's defaults (to time something, say); on a GPU or TPU the
+# tests compile as users do. Subprocesses (CLI tests) inherit the setting.
+_flags = os.environ.get("XLA_FLAGS", "")
+if (
+    not os.environ.get("SPECJAX_TEST_XLA_DEFAULTS")
+    and "xla_backend_optimization_level" not in _flags
+    and _cpu_only()
+):
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_backend_optimization_level=0".strip()
+
+
 # Tiny models for the loader tests; their helpers are imported when a test asks, so a session
 # that needs no model does not import JAX here.
 @pytest.fixture(scope="module")

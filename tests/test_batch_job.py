@@ -122,8 +122,10 @@ def test_bad_requests_become_error_completions_and_the_others_finish(job):
         Request("outside", [256]),
         Request("floats", [1.0, 2.0]),
         Request("ok2", [120]),
+        Request("ok3", [97, 98, 99]),
     ]
     # a billion slots: a run takes only the rows its requests need, never the slots it may
+    # (three here: the programs of the slots=3 runs above)
     done = by_id(ContinuousBatch(target, drafter, config, slots=10**9), reqs)
     assert {k for k, c in done.items() if c.finish_reason == "error"} == {
         "long",
@@ -133,7 +135,7 @@ def test_bad_requests_become_error_completions_and_the_others_finish(job):
         "floats",
     }
     assert "max_seq_len" in done["long"].error and "list of token ids" in done["text"].error
-    assert done["ok"].token_ids and done["ok2"].token_ids
+    assert done["ok"].token_ids and done["ok2"].token_ids and done["ok3"].token_ids
     with pytest.raises(ValueError, match="appears more than once"):
         list(ContinuousBatch(target, drafter, config).run([Request(1, [1]), Request(1, [2])]))
 

@@ -24,6 +24,9 @@ from tests.test_widths import (  # noqa: F401 (fixtures)
     models,
 )
 
+TOKENS = 10
+"""The length of the generation and the stream below: one greedy program with widths (0, 3)."""
+
 
 def test_random_widths_sample_repeats_whatever_the_timing(models):  # noqa: F811
     """At T = 1 under the random policy a seed gives one sample: nothing is calibrated (the costs
@@ -49,7 +52,7 @@ def test_a_generation_calibrates_before_its_timing_on_a_scratch_it_refills(model
     The tokens are the autoregressive ones."""
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
-    cfg = DecodeConfig("block", GREEDY, 10, widths=(0, 3))
+    cfg = DecodeConfig("block", GREEDY, TOKENS, widths=(0, 3))
     run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
     run.forget_calibration()
     forced = []
@@ -65,10 +68,10 @@ def test_a_generation_calibrates_before_its_timing_on_a_scratch_it_refills(model
     finally:
         Run.decode = real_decode
     assert run.calibrated, run.calibration()
-    assert first.tokens == [row[:10] for row in autoregressive]
+    assert first.tokens == [row[:TOKENS] for row in autoregressive]
     # More forced steps than ten tokens take (the scratch was refilled), then the two calls of
     # the generation itself, both the controller's.
-    assert sum(f != W.AUTO for f in forced) > 10 and forced[-2:] == [W.AUTO, W.AUTO], forced
+    assert sum(f != W.AUTO for f in forced) > TOKENS and forced[-2:] == [W.AUTO, W.AUTO], forced
     assert first.metrics.calibration_seconds > 0.0
     again = generate(target, PROMPTS, cfg, drafter)
     assert again.tokens == first.tokens and again.metrics.calibration_seconds == 0.0
@@ -146,12 +149,12 @@ def test_a_stream_calibrates_before_it_starts(models, autoregressive):  # noqa: 
     one step's tokens per call, the autoregressive ones, and reports the calibration apart."""
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
-    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
+    cfg = DecodeConfig("block", GREEDY, TOKENS, widths=(0, 3))
     Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT).forget_calibration()
     stream = Stream(target, PROMPTS, cfg, drafter)
     chunks = list(stream)
     rows = [[t for chunk in chunks for t in chunk[b]] for b in range(len(PROMPTS))]
-    assert rows == autoregressive
+    assert rows == [row[:TOKENS] for row in autoregressive]
     assert max(len(c[0]) for c in chunks) <= 4, chunks  # one step each (1 + L at most)
     assert len(chunks) == len(stream.widths_taken) == stream.result.metrics.target_forwards
     assert stream.result.metrics.calibration_seconds > 0.0
@@ -159,17 +162,26 @@ def test_a_stream_calibrates_before_it_starts(models, autoregressive):  # noqa: 
 
 def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
     """A model drafter and an n-gram drafter both measure their usual rounds, no more (the
-    tiny pair's steps are sub-millisecond: :data:`calibration.REPEATS`)."""
+    tiny pair's steps are sub-millisecond: :data:`calibration.REPEATS`). The test holds the
+    record it hands the calibration: on a loaded machine noise can make a drafting step look
+    cheaper than a one-token step, and the program then forgets its record (measured again
+    next call) after measuring the same rounds."""
     target, draft = models
+    # 30 tokens, not TOKENS: a long call that the scratch's rows cut short to one step gives
+    # no estimate, and ten-token rows cut many (with the other core busy, 13 of 25 calibrations
+    # ended with 5 or 6 estimates of 7; 0 of 25 with 30 tokens).
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
 
     def rounds(drafter) -> tuple[int, int]:
         """(estimates per width, the usual rounds) of a fresh calibration."""
         run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
         run.forget_calibration()
+        record = run.calibration(create=True)  # the record calibrate() fills
         generate(target, PROMPTS, cfg, drafter)
-        record = run.calibration()
         assert record.done, record
+        # Kept, or forgotten only because noise won (the costs not believed).
+        kept = run.calibration()
+        assert kept is record or (kept is None and record.costs is None), (kept, record)
         fast = record.pilot * calibration.STEPS[0] < calibration.SECONDS
         slow = 1 if adaptive.free_look(drafter) else calibration.SLOW_REPEATS
         return min(map(len, record.seconds)), calibration.REPEATS if fast else slow

@@ -199,16 +199,18 @@ def test_stream_yields_the_same_tokens_as_generate(models, autoregressive):
 
 
 def test_max_new_tokens_and_metrics(models):
+    """Rows stop at max_new_tokens and the metrics add up (on the block program of the tests
+    above: one compilation, not one more for another length)."""
     target, draft = models
     out = generate(
         target,
         PROMPTS,
-        DecodeConfig("block", GREEDY, 7),
+        DecodeConfig("block", GREEDY, 30),
         ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY),
     )
-    assert [len(r) for r in out.tokens] == [7, 7, 7]
+    assert [len(r) for r in out.tokens] == [30, 30, 30]
     m = out.metrics
-    assert m.generated_tokens == 21
+    assert m.generated_tokens == 90
     assert sum(m.accepted_length_histogram) == m.steps
     assert m.block_efficiency == pytest.approx(1 + m.accepted_tokens / m.steps)
     assert 0 <= m.acceptance_rate <= 1 and len(m.per_position_acceptance) == 3

@@ -39,13 +39,33 @@ def exact_joint(target: PureModel, params: sampling.SamplingParams) -> np.ndarra
     """``[V ** 3]`` probability of every continuation, by scoring all of them."""
     seqs = np.array(list(itertools.product(range(V), repeat=NEW)))  # [V^3, 3]
     tokens = np.concatenate([np.tile(PROMPT, (len(seqs), 1)), seqs], axis=1)
-    probs = sampling.probs_from_logits(target(jnp.asarray(tokens)), params)  # [V^3, T, V]
+    # compiled: eager, each op compiles on its own (3.5 s, against 0.4 s)
+    logits = jax.jit(lambda model, x: model(x))(target, jnp.asarray(tokens))
+    probs = sampling.probs_from_logits(logits, params)  # [V^3, T, V]
     p = np.asarray(probs, np.float64)
     start = len(PROMPT) - 1
     joint = np.ones(len(seqs))
     for i in range(NEW):
         joint *= p[np.arange(len(seqs)), start + i, seqs[:, i]]
     return joint / joint.sum()
+
+
+CHUNKS = 4
+""":func:`sample` draws the ROWS rows as CHUNKS generations of ROWS / CHUNKS rows with seeds
+``seed .. seed + CHUNKS - 1`` (row b of a call draws from ``fold_in(key(seed), b)``: the rows
+stay independent draws): one program of 5,000 rows, which XLA:CPU compiles in a third of the
+time of a 20,000-row one and runs faster per row (the default case: 49 s -> 18 s on 2 cores)."""
+
+
+def sample(target, cfg: DecodeConfig, drafter, seed: int) -> tuple[list[list[int]], int]:
+    """ROWS independent continuations of PROMPT and the draft tokens they accepted."""
+    rows, accepted = [], 0
+    for i in range(CHUNKS):
+        out = generate(target, [PROMPT] * (ROWS // CHUNKS), cfg, drafter, seed=seed + i)
+        rows += out.tokens
+        accepted += out.metrics.accepted_tokens
+    assert len(rows) == ROWS
+    return rows, accepted
 
 
 def chi_square_pvalue(rows: list[list[int]], joint: np.ndarray) -> float:
@@ -88,11 +108,11 @@ def test_generated_sequences_follow_the_target_law(
         d = ModelDrafter(
             draft, num_paths=k, draft_len=l_len, sampling=params, replacement=replacement
         )
-    out = generate(target, [PROMPT] * ROWS, cfg, d, seed=2024)
-    assert all(len(r) == NEW for r in out.tokens)
+    rows, accepted = sample(target, cfg, d, seed=2024)
+    assert all(len(r) == NEW for r in rows)
     if verifier != "autoregressive":
-        assert out.metrics.accepted_tokens > 0.1 * ROWS  # the drafts were really used
-    assert chi_square_pvalue(out.tokens, exact_joint(target, params)) > 1e-3
+        assert accepted > 0.1 * ROWS  # the drafts were really used
+    assert chi_square_pvalue(rows, exact_joint(target, params)) > 1e-3
 
 
 @jax.tree_util.register_dataclass
@@ -113,8 +133,8 @@ def test_the_test_detects_a_biased_sampler(pair):
     params = sampling.SamplingParams(1.0)
     cfg = DecodeConfig("block", params, max_new_tokens=NEW)
     lying = LyingDrafter(draft, num_paths=1, draft_len=2, sampling=params)
-    out = generate(target, [PROMPT] * ROWS, cfg, lying, seed=1)
-    assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
+    rows, _ = sample(target, cfg, lying, seed=1)
+    assert chi_square_pvalue(rows, exact_joint(target, params)) < 1e-6
 
 
 def test_a_drafter_with_nan_weights_keeps_the_target_law(pair):

@@ -66,8 +66,9 @@ def test_paths_start_at_the_heads_likeliest_tokens(target):
                  capacity=b.capacity, buffer=b.buffer)  # fmt: skip
     keys = jax.random.split(jax.random.key(0), state.lengths.shape[0])
 
-    def propose(drafter):
-        return drafter.propose(state.draft_state, keys, state.tokens, state.lengths)[0]
+    def propose(drafter):  # compiled: eager, each op compiles on its own (13 s -> 7 s)
+        propose = jax.jit(lambda d, *args: d.propose(*args)[0])
+        return propose(drafter, state.draft_state, keys, state.tokens, state.lengths)
 
     drafts = [
         propose(top),

@@ -16,7 +16,11 @@ import pytest
 from specjax import sharding
 
 ROOT = Path(__file__).resolve().parents[1]
-EIGHT = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+EIGHT = dict(
+    os.environ,  # the session's XLA_FLAGS too (tests/conftest.py), 8 devices added
+    XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip(),
+    JAX_PLATFORMS="cpu",
+)
 
 
 def run_check(which: str):

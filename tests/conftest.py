@@ -27,8 +27,9 @@ def _cpu_only() -> bool:
 # Compiling is three quarters of the default tier's time on the CPU (its tiny models run in
 # microseconds, and tests compile programs of their own). XLA:CPU with LLVM at -O0 compiles them
 # in about two thirds of the time: the same optimized HLO, slower machine code (floats may differ
-# in their last bits from -O2's, in every program alike); on 2 cores the default tier took 9:33
-# instead of 12:45-15:37 (2026-11-27). A level set in XLA_FLAGS wins, and
+# in their last bits from -O2's, in every program alike); on 2 cores the old tests took 9:33 at
+# -O0 against 11:18-20:54 at the default level on one host within an hour (2026-11-27). A
+# level set in XLA_FLAGS wins, and
 # SPECJAX_TEST_XLA_DEFAULTS=1 keeps XLA's defaults (to time something, say); on a GPU or TPU the
 # tests compile as users do. Subprocesses (CLI tests) inherit the setting.
 _flags = os.environ.get("XLA_FLAGS", "")

@@ -84,6 +84,17 @@ def budgets(sizes: accelerator.Sizes) -> dict[str, float]:
     return out
 
 
+def temperatures(values: list[str]) -> tuple[float, ...]:
+    """``--temperatures`` as numbers >= 0."""
+    try:
+        temps = tuple(map(float, values))
+    except ValueError:
+        temps = (-1.0,)
+    if not all(t >= 0 for t in temps):  # NaN fails too
+        raise app.UsageError(f"--temperatures wants numbers >= 0, e.g. 0,1; got {values}")
+    return temps
+
+
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
@@ -97,7 +108,7 @@ def main(argv):
     sizes = accelerator.QUICK if _QUICK.value else accelerator.FULL
     sizes = dataclasses.replace(sizes, budgets=budgets(sizes))
     if _TEMPS.value:
-        sizes = dataclasses.replace(sizes, temperatures=tuple(map(float, _TEMPS.value)))
+        sizes = dataclasses.replace(sizes, temperatures=temperatures(_TEMPS.value))
     device = jax.devices()[0]
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     stem = f"accelerator_{'quick' if _QUICK.value else device.platform}_{date}"

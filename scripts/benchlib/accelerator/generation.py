@@ -68,9 +68,9 @@ def _gen_rows(
     prompt: str,
     timed: dict,
     new: int,
-    costs: dict | None = None,
-    forced: dict | None = None,
+    adaptive: dict | None = None,
 ) -> None:
+    """One row per method; ``adaptive``: method -> its :func:`_adaptive_columns`."""
     ar_gen, ar_s = timed["autoregressive"]
     for name, (gen, seconds) in timed.items():
         m = gen.metrics
@@ -83,8 +83,7 @@ def _gen_rows(
             speedup=ar_s / seconds,
             block_efficiency=m.block_efficiency,
             width_steps=_width_steps(m.width_steps),
-            width_costs=(costs or {}).get(name),
-            forced_ms=(forced or {}).get(name),
+            **(adaptive or {}).get(name, {}),
             same_as_ar=(gen.tokens == ar_gen.tokens) if temp == 0 else None,
         )
         if gen.ssd is not None:
@@ -97,28 +96,26 @@ def _width_steps(steps: dict) -> str | None:
     return ", ".join(f"{w}: {n}" for w, n in steps.items()) if steps else None
 
 
-def _width_costs(target, ids: list[int], config: DecodeConfig, drafter) -> str:
-    """The width costs the controller used for this program (calibrated in the warm-up; the
-    guess where the calibration was cut off or forgotten), e.g. ``1.00, 1.27``."""
+def _adaptive_columns(target, ids: list[int], config, drafter, forced: bool) -> dict:
+    """The adaptive program's ``width_costs`` (what the controller used: calibrated in the
+    warm-up, the guess where the calibration was cut off or forgotten), e.g. ``1.00, 1.27``,
+    and, if ``forced``, its ``forced_ms``: milliseconds per step forced to each width for a
+    whole generation (the second of two runs), e.g. ``2.10, 2.05``: what the costs estimate,
+    measured the way a generation spends it."""
     run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
-    return ", ".join(f"{c:.2f}" for c in run.costs)
-
-
-def _forced_ms(target, ids: list[int], config: DecodeConfig, drafter) -> str:
-    """Milliseconds per step of this adaptive program forced to each width for a whole
-    generation (the second of two runs), e.g. ``2.10, 2.05``: what its calibrated costs
-    estimate, measured the way a generation spends it."""
-    run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
-    out = []
-    for i in range(len(config.widths)):
-        for _ in range(2):  # the first run of a width is slower
-            state = jax.block_until_ready(run.start())
-            start = time.perf_counter()
-            state = jax.block_until_ready(run.decode(state, config.max_new_tokens, force=i))
-            seconds = time.perf_counter() - start
-            steps = run.take_steps()
-        out.append(f"{1e3 * seconds / max(steps, 1):.2f}")
-    return ", ".join(out)
+    out = {"width_costs": ", ".join(f"{c:.2f}" for c in run.costs)}
+    if forced:
+        ms = []
+        for i in range(len(config.widths)):
+            for _ in range(2):  # the first run of a width is slower
+                state = jax.block_until_ready(run.start())
+                start = time.perf_counter()
+                state = jax.block_until_ready(run.decode(state, config.max_new_tokens, force=i))
+                seconds = time.perf_counter() - start
+                steps = run.take_steps()
+            ms.append(f"{1e3 * seconds / max(steps, 1):.2f}")
+        out["forced_ms"] = ", ".join(ms)
+    return out
 
 
 def speculative_section(sec: Section, bench: Bench) -> None:
@@ -168,7 +165,6 @@ def speculative_section(sec: Section, bench: Bench) -> None:
             configs[temp][f"{name} L={l_len}"] = (spec, drafter)
             adaptive = dataclasses.replace(spec, widths=(0, l_len))
             configs[temp][f"{name} adaptive (0, {l_len})"] = (adaptive, drafter)
-    temps = sizes.temperatures
     for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
         ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
         for temp in sizes.temperatures:
@@ -177,22 +173,23 @@ def speculative_section(sec: Section, bench: Bench) -> None:
                 for name, (c, d) in configs[temp].items()
             }
             adaptive = {name: cd for name, cd in configs[temp].items() if cd[0].widths}
-
-            # Each program forced to each width costs 2 runs per width: --quick times one (the
-            # code path).
-            timed_forced = adaptive
+            # Forcing each width costs 2 runs per width: --quick forces one program (the code
+            # path).
+            forced = list(adaptive)
             if sizes.quick:
-                timed_forced = dict(list(adaptive.items())[: 1 if temp == temps[0] else 0])
+                forced = forced[: 1 if temp == sizes.temperatures[0] else 0]
 
-            def measure(runs=runs, ids=ids, adaptive=adaptive, timed_forced=timed_forced):
+            def measure(runs=runs, ids=ids, adaptive=adaptive, forced=forced):
                 timed = _timed_generations(runs, sizes.gen_repeats)
-                costs = {name: _width_costs(target, ids, *cd) for name, cd in adaptive.items()}
-                forced = {name: _forced_ms(target, ids, *cd) for name, cd in timed_forced.items()}
-                return timed, costs, forced
+                columns = {
+                    name: _adaptive_columns(target, ids, *cd, forced=name in forced)
+                    for name, cd in adaptive.items()
+                }
+                return timed, columns
 
             measured = sec.item(f"T={temp:g} {prompt}", measure)
             if measured is not None:
-                _gen_rows(sec, temp, prompt, measured[0], new, *measured[1:])
+                _gen_rows(sec, temp, prompt, measured[0], new, measured[1])
 
 
 def _random_head(target: PureModel) -> EagleHead:

@@ -164,7 +164,7 @@ def decode_section(sec: Section, bench: Bench) -> None:
     ]
     bw = bench.copy_bandwidth()
     ctx, cap = sizes.context, sizes.capacity
-    window = min(cap, max(attention.MIN_WINDOW, 1 << ctx.bit_length()))  # ctx + 1 slots live
+    window = next((w for w in attention.windows(cap) if w > ctx), cap)  # ctx + 1 slots live
     sec.note(
         f"Context {ctx} tokens, KV capacity S = {cap}; floor = (weights read + KV of the "
         f"context) / copy bandwidth {bw / 1e9:.0f} GB/s. The step attends over the live window "

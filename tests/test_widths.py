@@ -220,8 +220,7 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models, costs):
         hand = one(target, drafter, hand, cfg, policy)
     _, hand = jax.jit(choose_width, static_argnames=("config",))(drafter, hand, cfg, policy)
     np.testing.assert_array_equal(state.tokens, hand.tokens)
-    fields = ("accept", "idle", "probe_after", "wait", "steps", "last", "proposal", "checking")
-    for field in (*fields, "next"):
+    for field in ("accept", "idle", "probe_after", "wait", "steps", "last", "first", "next"):
         np.testing.assert_array_equal(getattr(state.control, field), getattr(hand.control, field))
     taken = np.asarray(state.control.steps)
     if costs[1] < 2:

@@ -42,45 +42,13 @@ def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConf
 
 
 def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
-    """``(most tokens the drafter can propose [B], its proposal [B, L], -1 past its end)``,
-    known before drafting (an n-gram drafter's match; L and -1s for drafters that must
-    draft)."""
+    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``,
+    known before drafting (an n-gram drafter's match; L and -1 for drafters that must draft)."""
     hint = getattr(drafter, "hint", None)
     if hint is None:
-        b, l_len = state.batch, drafter.draft_len
-        return jnp.full((b,), l_len, jnp.int32), jnp.full((b, l_len), -1, jnp.int32)
+        b = state.batch
+        return jnp.full((b,), drafter.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
     return hint(state.tokens, state.lengths)
-
-
-def follow(control: width_control.WidthControl, hint: Array, path: Array):
-    """The controller with the drafter's current proposal ``path [B, L]`` taken up where a row
-    follows none and can propose (``hint [B] > 0``): its width-0 steps check it from its first
-    position (:attr:`~specjax.decode.widths.WidthControl.proposal`)."""
-    fresh = (control.checking < 0) & (hint > 0)  # [B]
-    proposal = jnp.where(fresh[:, None], path, control.proposal)  # [B, L]
-    checking = jnp.where(fresh, 0, control.checking).astype(jnp.int32)
-    return dataclasses.replace(control, proposal=proposal, checking=checking)
-
-
-def check_proposal(control: width_control.WidthControl, token: Array):
-    """``(start, tau, proposed, control)``: the verdict of a width-0 step that committed ``token
-    [B]`` on the position its row's followed proposal is at (:func:`follow`), for
-    :func:`~specjax.decode.widths.observe`, and the controller moved to the next position (or
-    off the proposal, at a mismatch or its end). The check is history: the token is committed
-    whatever the proposal says, and a later choice reads the verdict."""
-    j = control.checking  # [B] -1: no proposal followed
-    l_len = control.proposal.shape[1]
-    at = jnp.maximum(j, 0)[:, None]
-    expected = jnp.take_along_axis(control.proposal, at, axis=1)[:, 0]  # [B]
-    offered = (j >= 0) & (expected >= 0)
-    hit = offered & (token == expected)
-    after = jnp.take_along_axis(control.proposal, jnp.minimum(at + 1, l_len - 1), axis=1)[:, 0]
-    more = hit & (j + 1 < l_len) & (after >= 0)
-    checking = jnp.where(more, j + 1, -1).astype(jnp.int32)
-    start = jnp.maximum(j, 0)
-    tau = (start + hit).astype(jnp.int32)
-    proposed = jnp.where(offered, start + 1, 0).astype(jnp.int32)
-    return start, tau, proposed, dataclasses.replace(control, checking=checking)
 
 
 def free_look(drafter) -> bool:
@@ -100,7 +68,7 @@ def choose_width(
     estimates do not change: after one, the controller stays at width 0 without re-deciding
     until a probe is due (a few dozen fewer operations per step, which matters when a step
     takes well under a millisecond)."""
-    hint, path = width_hint(drafter, state)
+    hint, first = width_hint(drafter, state)
     probe = not free_look(drafter)
     random = config.width_policy == "random"
     choose = functools.partial(
@@ -115,7 +83,7 @@ def choose_width(
     control = state.control
     if not (probe and config.widths[0] == 0):
         index, control = choose(control)
-        control = follow(control, hint, path) if not probe else control
+        control = dataclasses.replace(control, first=jnp.where(hint > 0, first, -1))
     else:
         stay = lambda c: (jnp.int32(0), dataclasses.replace(c, idle=c.idle + 1))
         can_probe = width_control.could_pay(policy.costs, config.widths)  # else: 0 for good
@@ -189,21 +157,18 @@ def width_step(
         steps = control.steps.at[index].add(jnp.any(active).astype(jnp.int32))
         control = dataclasses.replace(control, steps=steps, last=jnp.int32(0), next=jnp.int32(-1))
         return new.replace(control=control)
-    control, start = state.control, None
-    if width == 0:  # a free proposal: was its next token the one this step commits?
+    if width == 0:
+        first = state.control.first  # [B] the proposal's first token, known when choosing
         new = skip_step(target, drafter, state, config)
         token = jnp.take_along_axis(new.tokens, state.lengths[:, None], axis=1)[:, 0]
-        start, tau, proposed, control = check_proposal(control, token)
+        offered = first >= 0  # a free proposal: would it have been accepted?
+        tau, proposed = (offered & (token == first)).astype(jnp.int32), offered.astype(jnp.int32)
     else:
         narrow = dataclasses.replace(drafter, draft_len=width)
         new = speculative_step(target, narrow, state, config)
         tau, proposed = new.stats.last_accepted, new.stats.proposed - state.stats.proposed
-        if free_look(drafter):  # verdicts of its own: the proposal followed is dropped
-            control = dataclasses.replace(control, checking=jnp.full_like(control.checking, -1))
     overlap = new.stats.last_overlap if width > 0 and config.soft_verdicts else None
-    control = width_control.observe(
-        control, jnp.int32(index), active, tau, proposed, overlap, start
-    )
+    control = width_control.observe(state.control, jnp.int32(index), active, tau, proposed, overlap)
     return new.replace(control=dataclasses.replace(control, next=jnp.int32(-1)))
 
 

@@ -10,7 +10,7 @@ forced at each width:
   long call must run long enough for the first steps of a call (slower than the rest) to weigh
   little: ``n`` is sized so that a width-0 long call runs :data:`SECONDS`, from a pilot estimate
   of a width-0 step. Sub-millisecond steps take the median of :data:`REPEATS` estimates, slower
-  ones of :data:`SLOW_REPEATS` (one for a drafter with a free look at its proposals).
+  ones of :data:`SLOW_REPEATS`.
 * **what a probe costs beyond its step**: a drafting step right after a run of width-0 steps
   against one right after a drafting step (the draft catching up the tokens it missed, and the
   change of loop), in width-0 steps (:meth:`Calibration.switch_costs`). A model draft's
@@ -50,7 +50,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from specjax.decode import acceptance, adaptive
+from specjax.decode import acceptance
 from specjax.decode.acceptance import Acceptance
 
 SECONDS, STEPS, REPEATS, PILOT = 0.025, (3, 64), 7, 3
@@ -59,10 +59,15 @@ estimates per width (median) when ``STEPS[0]`` width-0 steps take less than ``SE
 extra steps of the pilot call that sizes the long calls."""
 
 SLOW_REPEATS = 3
-"""The rounds when steps are not sub-millisecond, for a drafter without a free look at its
-proposals: its rows decide from the costs and the prior at their first step, and the median of
-one round is one round (on the 2-core VM one round put the SmolLM2 head's width-3 cost at 2.09
-where it is about 1.6, and the rows of that prompt bucket then took one-token steps)."""
+"""The rounds when steps are not sub-millisecond. The median of one round is one round: on the
+2-core VM one round put the SmolLM2 head's width-3 cost at 2.09 where it is about 1.6, and the
+rows of that prompt bucket then took one-token steps. A drafter with a free look at its
+proposals (n-gram lookup) needs them too: it sees only its first token's verdicts at width 0,
+so a cost read too high can rule out drafting for good. One round put SmolLM2's n-gram width-6
+step at 2.2 one-token steps or more (1.5-2.1 in 9 other rounds; ~1.65 from the forwards'
+times), where even a first token always right leaves the later positions' prior (0.35)
+short of paying, and MT-bench 90, which copies its input, ran 1.00x against fixed drafting's
+1.77x (BENCHMARKS.md, "Adaptive draft width", session 20)."""
 
 
 @dataclasses.dataclass
@@ -238,10 +243,7 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
     extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
-    # A drafter with a free look at its proposals (n-gram lookup) is steered by them, not by
-    # the prior: one round of slow steps is enough.
-    look = adaptive.free_look(run.drafter)
-    repeats = REPEATS if per_step * low < SECONDS else 1 if look else SLOW_REPEATS
+    repeats = REPEATS if per_step * low < SECONDS else SLOW_REPEATS
     per_width = record.seconds
     after_idle, idle_steps = False, 0  # whether the latest calls were width-0 steps, how many
     for _ in range(2 * repeats):  # rounds (a timing swamped by noise gives no estimate)

@@ -133,14 +133,8 @@ class WidthControl:
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
       steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
-      proposal: int32 ``[B, L]`` for a drafter whose proposal is known before drafting (n-gram
-        lookup): the proposal the row's width-0 steps are following (-1 past its end). Each
-        width-0 step checks the token it commits against the proposal's next position, so the
-        estimates of every position, not only the first, learn without drafting; the proposal
-        is dropped at its first mismatch, at its end and by a drafting step, and the next
-        choice takes the drafter's current one.
-      checking: int32 ``[B]`` the position of ``proposal`` the next width-0 step checks (-1:
-        none followed).
+      first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
+        is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
       next: int32 ``[]`` the index of the width the next step takes, chosen after the latest
         step under the automatic or random policy (-1: not chosen yet, or chosen by forcing),
         so a generation split over several decode calls takes the widths one call would.
@@ -160,8 +154,7 @@ class WidthControl:
     key: PRNGKey
     steps: Array
     last: Array
-    proposal: Array
-    checking: Array
+    first: Array
     next: Array
     widths: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
@@ -185,8 +178,7 @@ class WidthControl:
             key=key,
             steps=jnp.zeros((len(widths),), jnp.int32),
             last=jnp.int32(-1),
-            proposal=jnp.full((batch, draft_len), -1, jnp.int32),
-            checking=jnp.full((batch,), -1, jnp.int32),
+            first=jnp.full((batch,), -1, jnp.int32),
             next=jnp.int32(-1),
             widths=tuple(widths),
         )
@@ -343,7 +335,6 @@ def observe(
     tau: Array,
     proposed: Array,
     overlap: Array | None = None,
-    start: Array | None = None,
 ) -> WidthControl:
     """The controller after a step, given its verdicts (for later steps' choices).
 
@@ -352,19 +343,13 @@ def observe(
       active: bool ``[B]`` rows the step advanced.
       tau: int ``[B]`` accepted draft tokens.
       proposed: int ``[B]`` draft tokens the followed path proposed (0 at width 0, where a
-        drafter with a free proposal passes the position it checked, see ``start``).
+        drafter with a free proposal may pass 1 and tau in {0, 1} for its first token).
       overlap: float32 ``[B, L]`` Σ min(p, q) per position (-1: none), averaged instead of the
         verdicts (their expectation; module docstring). Stops and checks follow the verdicts.
-      start: int ``[B]`` the first position the verdicts are about (positions before it were
-        accepted by earlier steps and are not observed again; 0 when None): a width-0 step
-        that checks position j of a free proposal passes ``start = j``, ``proposed = j + 1``
-        and ``tau`` j + 1 or j.
     """
     l_len = control.accept.shape[1]
     pos = jnp.arange(l_len)[None, :]
     seen = active[:, None] & (pos < proposed[:, None]) & (pos <= tau[:, None])  # [B, L]
-    if start is not None:
-        seen &= pos >= start[:, None]
     hit = (pos < tau[:, None]).astype(jnp.float32)
     value = hit if overlap is None else jnp.where(overlap >= 0, overlap, hit)  # [B, L]
     rate = jnp.maximum(RATE, 1.0 / (control.seen + 2).astype(jnp.float32))  # [B, L]

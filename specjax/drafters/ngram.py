@@ -113,11 +113,10 @@ class NgramDrafter:
         return after
 
     def hint(self, tokens: Array, lengths: Array) -> tuple[Array, Array]:
-        """``(tokens the best path would propose [B], that path [B, L], -1 past its end)``,
-        before drafting (the adaptive step's width choice reads them, and width-0 steps check
-        the path against the tokens they commit)."""
+        """``(tokens the best path would propose [B], its first token [B])``, before drafting
+        (the adaptive step's width choice reads them)."""
         draft, _ = self.propose((), None, tokens, lengths)
-        return jnp.max(draft.num_draft, axis=1), draft.tokens[:, 0]
+        return jnp.max(draft.num_draft, axis=1), draft.tokens[:, 0, 0]
 
     def skip(self, state: tuple, tokens, lengths, active) -> tuple:
         """A step without a draft: nothing to keep."""

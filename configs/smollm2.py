@@ -13,9 +13,12 @@ Result:   L = 6 n-gram tokens (the default here) was the fastest of L = 2, 4, 6 
           greedy; L = 4 within 1% on two): 69 / 153 / 97 tok/s on summarize / copy / poem,
           1.55-2.9x specjax's own autoregressive decoding and 2.2-2.4x transformers' prompt
           lookup at the same L (BENCHMARKS.md "Against Hugging Face").
-          With widths=auto (each step drafts L or takes a one-token step; 2026-11-25,
-          scripts/bench_widths.py): 0.95-1.04x autoregressive on chat prompts where fixed L = 6
-          ran 0.63-0.79x, 1.2-2.4x where drafts pay (BENCHMARKS.md "Adaptive draft width").
+          With widths=auto (each step drafts L or takes a one-token step; 2026-11-28,
+          scripts/bench_widths.py, 7 rounds): 0.98-1.15x autoregressive on the 9 chat prompts
+          where fixed L = 6 ran 0.68-0.85x, 1.33-2.68x on 4 of the 5 where drafts pay (100% of
+          fixed drafting on the copy prompt); the fifth, an MT-bench prompt that copies its
+          input, stayed at one-token steps, 1.00x against fixed 1.77x, after one calibration
+          round misread the step's cost (BENCHMARKS.md "Adaptive draft width", session 20).
 """
 
 from specjax.config_files import sibling_config

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import statistics
 
@@ -246,7 +247,8 @@ def main(argv):
     report = render(records, traces) if records or traces else ""
     if traces and _PLOT.value:
         png = plots.width_traces(traces, _WINDOW.value, _PLOT.value)
-        report += f"\n![width over time]({png})\n"
+        here = os.path.dirname(_OUTPUT.value or "") or "."
+        report += f"\n![width over time]({os.path.relpath(png, here)})\n"
     report = report or f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n"
     if shakespeare:
         report += "\n" + render_pair(shakespeare)

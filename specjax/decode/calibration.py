@@ -64,10 +64,10 @@ SLOW_REPEATS = 3
 rows of that prompt bucket then took one-token steps. A drafter with a free look at its
 proposals (n-gram lookup) needs them too: it sees only its first token's verdicts at width 0,
 so a cost read too high can rule out drafting for good. One round put SmolLM2's n-gram width-6
-step at 2.2 one-token steps or more (1.5-2.1 in 9 other rounds; ~1.65 from the forwards'
-times), where even a first token always right leaves the later positions' prior (0.35)
-short of paying, and MT-bench 90, which copies its input, ran 1.00x against fixed drafting's
-1.77x (BENCHMARKS.md, "Adaptive draft width", session 20)."""
+step at 2.2 one-token steps or more (1.37-2.12 in 12 other rounds), where even a first token
+always right leaves the later positions' prior (0.35) short of paying, and MT-bench 90, which
+copies its input, ran 1.00x against fixed drafting's 1.77x (BENCHMARKS.md, "Adaptive draft
+width", session 20)."""
 
 
 @dataclasses.dataclass

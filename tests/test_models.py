@@ -194,3 +194,17 @@ def test_config_is_frozen():
     assert cfg.head_dim == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.dim = 16
+
+
+def test_tied_logits_equal_the_dot_at_every_row_count():
+    """The tied head's multiply-and-reduce (XLA:CPU, 2-7 rows) gives the dot's logits."""
+    from specjax.models import llama
+
+    key_x, key_e = jax.random.split(jax.random.key(0))
+    embed = jax.random.normal(key_e, (97, 16), jnp.float32)
+    for b, t in [(1, 1), (1, 2), (1, 4), (2, 3), (1, 7), (2, 4), (1, 13)]:
+        x = jax.random.normal(key_x, (b, t, 16), jnp.float32)
+        got = jax.jit(llama.tied_logits)(x, embed)
+        want = jnp.einsum("btd,vd->btv", x, embed, precision="highest")
+        assert got.shape == (b, t, 97)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

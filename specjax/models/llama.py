@@ -31,6 +31,33 @@ def _param(rngs: nnx.Rngs, shape, axes, config: LlamaConfig, scale: float | None
     return nnx.Param(value.astype(config.weight_dtype), logical_axes=axes)
 
 
+REDUCE_ROWS = (2, 7)
+"""On XLA:CPU, the row counts B * T of a tied head that :func:`tied_logits` computes as a fused
+multiply-and-reduce instead of a dot (inclusive bounds)."""
+
+
+def tied_logits(x: Array, embed: Array) -> Array:
+    """``[B, T, V]`` logits of ``x [B, T, D]`` against a tied ``[V, D]`` embedding as stored.
+
+    On XLA:CPU a dot of 2 <= B * T <= 7 rows goes to a matrix-matrix kernel (YNNPACK) that reads
+    the embedding at about half the rate of the one-row matrix-vector product. There a
+    multiply-and-reduce over D, which XLA fuses into one pass over the embedding, is faster:
+    SmolLM2's forward of T = 4 tokens (a chain of 3 verified), 128 tokens of context, took 40.9
+    ms against 45.1 with the dot (T = 1: 32.0-32.9 ms; median of 15 interleaved calls, 2-core
+    EPYC, 2026-11-28); the head alone at T = 4, 5.7 ms against 7.5. Logits move by up to 4e-5
+    (the sums' order); the argmax did not. One row, many rows (prefill, trees of 13 tokens) and
+    other backends keep the dot. (Written over ``[B, V, T, D]`` instead of ``[V, B * T, D]``,
+    the reduction took 380 ms.)
+    """
+    b, t, d = x.shape
+    low, high = REDUCE_ROWS
+    if jax.default_backend() != "cpu" or not low <= b * t <= high:
+        return jnp.einsum("btd,vd->btv", x, embed)
+    rows = x.reshape(b * t, d)
+    out = jnp.sum(embed[:, None, :] * rows[None, :, :], axis=-1)  # [V, B*T]
+    return out.T.reshape(b, t, -1)
+
+
 class RMSNorm(nnx.Module):
     """``x / rms(x) * scale``, computed in fp32."""
 
@@ -219,7 +246,7 @@ class Llama(nnx.Module):
         x = self.norm(x)
         dtype = c.compute_dtype
         if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose
-            logits = jnp.einsum("btd,vd->btv", x, self.embed[...].astype(dtype))
+            logits = tied_logits(x, self.embed[...].astype(dtype))
         else:
             logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
         logits = logits.astype(jnp.float32)

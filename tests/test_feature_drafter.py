@@ -111,6 +111,32 @@ def test_training_forward_matches_drafting(target):
         np.testing.assert_allclose(lg[0, 0], logits1[0, j], atol=1e-4)
 
 
+def test_one_pair_per_row_is_the_full_feeds_row(target):
+    """``last`` computes pair ``last[b]``'s outputs alone (rows of mixed cache lengths), as the
+    feed of every pair does at that row, and writes every pair's keys and values alike."""
+    head = random_head(target, 8)
+    rng = np.random.default_rng(1)
+    b, t, d = 3, 4, target.config.dim
+    g = jnp.asarray(rng.normal(size=(b, t, d)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, target.config.vocab_size, (b, t)), jnp.int32)
+    filled = head(
+        jnp.asarray(rng.normal(size=(b, 6, d)), jnp.float32),
+        jnp.asarray(rng.integers(0, target.config.vocab_size, (b, 6)), jnp.int32),
+        cache=KVCache.init(head.config, b, 16),
+    )[2]
+    cache = filled.rollback(jnp.asarray([6, 2, 4]))
+    last = jnp.asarray([3, 0, 2])
+    h, logits, full = head(g, tokens, cache=cache)
+    h1, logits1, one = head(g, tokens, cache=cache, last=last)
+    assert h1.shape == (b, 1, d) and logits1.shape == (b, 1, 8)
+    rows = np.arange(b)
+    np.testing.assert_allclose(h1[:, 0], h[rows, last], atol=1e-5)
+    np.testing.assert_allclose(logits1[:, 0], logits[rows, last], atol=1e-5)
+    assert np.array_equal(one.k, full.k) and np.array_equal(one.lengths, full.lengths)
+    with pytest.raises(ValueError, match="no mask"):
+        head(g, tokens, cache=cache, last=last, attn_mask=jnp.ones((b, t, t), bool))
+
+
 def test_save_and_load_round_trip(target, tmp_path):
     head = random_head(target, 8)
     save_head(tmp_path / "head", head, {"note": "x"})

@@ -152,16 +152,20 @@ class FeatureDrafter:
         )
 
     def _feed(self, state: FeatureState, tokens: Array) -> tuple[Array, Array, KVCache]:
-        """Feeds the pending pairs: ``(h [B, P, D], logits [B, P, W], cache)``, the cache then
-        holding every committed position (P = L + 1 pending slots)."""
+        """Feeds the pending pairs: ``(h [B, D], logits [B, W], cache)``, the outputs of the
+        last pending pair (the root of the next draft), the cache then holding every committed
+        position (of the L + 1 pending slots, ``num_pending``)."""
         head = self.head.module
         seen = state.cache.lengths
         span = jnp.arange(state.pending.shape[1])[None, :]
         idx = jnp.clip(seen[:, None] + span, 0, tokens.shape[1] - 1)
         h, logits, cache = head(
-            head.fuse(state.pending), jnp.take_along_axis(tokens, idx, axis=1), cache=state.cache
+            head.fuse(state.pending),
+            jnp.take_along_axis(tokens, idx, axis=1),
+            cache=state.cache,
+            last=jnp.maximum(state.num_pending - 1, 0),
         )
-        return h, logits, cache.rollback(seen + state.num_pending)
+        return h[:, 0], logits[:, 0], cache.rollback(seen + state.num_pending)
 
     def propose(
         self, state: FeatureState, keys: PRNGKey, tokens: Array, lengths: Array
@@ -170,11 +174,7 @@ class FeatureDrafter:
         head = self.head.module
         k_paths, l_len = self.num_paths, self.draft_len
         b = lengths.shape[0]
-        h, logits, cache = self._feed(state, tokens)
-        n_p = state.num_pending
-        pick = (n_p - 1)[:, None, None]
-        h_root = jnp.take_along_axis(h, pick, axis=1)[:, 0]  # [B, D]
-        root = jnp.take_along_axis(logits, pick, axis=1)[:, 0]  # [B, W]
+        h_root, root, cache = self._feed(state, tokens)  # [B, D], [B, W]
         d2t = head.d2t[...]
         step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
         if self.top_paths:

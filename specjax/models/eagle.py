@@ -223,6 +223,7 @@ class EagleHead(nnx.Module):
         positions: Array | None = None,
         attn_mask: Array | None = None,
         kv_mask=None,
+        last: Array | None = None,
     ) -> tuple[Array, Array, KVCache]:
         """Runs T pairs per row through the layer with the head's KV cache.
 
@@ -234,35 +235,49 @@ class EagleHead(nnx.Module):
           attn_mask: bool ``[B, T, T]`` among the new pairs (default causal).
           kv_mask: a :class:`specjax.tree.LevelMask` overriding ``attn_mask`` (a draft tree,
             as :class:`~specjax.models.Llama`).
+          last: optional int ``[B]``: only pair ``last[b]`` of each row is wanted, and it
+            sees the pairs before it (causal; no ``attn_mask`` or ``kv_mask`` then). Every
+            pair's keys and values are still written, but the query, the attention, the MLP and
+            the output head run on that one row: ``h [B, 1, D]``, ``logits [B, 1, W]``. (A
+            drafter feeding its pending pairs needs the last one's outputs only; on XLA:CPU a
+            one-row product is also the faster kernel, ``models.llama.tied_logits``.)
 
         Returns:
-          ``(h [B, T, D], logits [B, T, W], cache)`` with ``lengths + T``.
+          ``(h [B, T, D], logits [B, T, W], cache)`` with ``lengths + T`` (``T`` is 1 in ``h``
+          and ``logits`` with ``last``).
         """
         c = self.config
         b, t = tokens.shape
         if positions is None:
             positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
-        if kv_mask is None:
-            if attn_mask is None:
-                attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+        if last is not None and (attn_mask is not None or kv_mask is not None):
+            raise ValueError("EagleHead: `last` feeds a causal run of pairs; pass no mask with it")
+        if kv_mask is None and attn_mask is None:
+            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         q, k, v = self.qkv(g, tokens, positions)
         rows = jnp.arange(b)[:, None]
         slots = cache.lengths[:, None] + jnp.arange(t)[None, :]
         ks = cache.k.at[0, rows, slots].set(k.astype(cache.k.dtype), mode="drop")
         vs = cache.v.at[0, rows, slots].set(v.astype(cache.v.dtype), mode="drop")
+        seen = cache.lengths
+        if last is not None:  # pair last[b] alone: the pairs before it count as committed
+            pick = last.astype(jnp.int32)[:, None]  # [B, 1]
+            q = jnp.take_along_axis(q, pick[:, :, None, None], axis=1)  # [B, 1, H, E]
+            g = jnp.take_along_axis(g, pick[:, :, None], axis=1)  # [B, 1, D]
+            seen, attn_mask = seen + pick[:, 0], jnp.ones((b, 1, 1), bool)
         gq, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
-        qg = q.reshape(b, t, gq, r, c.head_dim)
+        qg = q.reshape(b, q.shape[1], gq, r, c.head_dim)
         out = attention.attend(  # over the live window of the head's cache
             qg,
             ks,
             vs,
             0,
-            cache.lengths,
+            seen,
             attn_mask,
             kv_mask,
             scale=c.head_dim**-0.5,
             dtype=qg.dtype,
-        ).reshape(b, t, c.num_heads, -1)
+        ).reshape(b, q.shape[1], c.num_heads, -1)
         h, logits = self.finish(g, out)
         return h, logits, KVCache(ks, vs, cache.lengths + t)
 

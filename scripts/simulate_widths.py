@@ -96,6 +96,12 @@ SCENARIOS = {
     "acceptance 0.8 -> 0.1 after 60 tokens, cost 1.6": Scenario(
         lambda t: [0.8] * 3 if t < 60 else [0.1] * 3, (1.0, 1.61), 0.1, (0.8,) * 3
     ),
+    "acceptance 0.1 -> 0.8 after 60 tokens, cost 1.6 (a recovery)": Scenario(
+        lambda t: [0.1] * 3 if t < 60 else [0.8] * 3, (1.0, 1.61), 0.1, (0.8,) * 3
+    ),
+    "head, 0.2 for tokens 60-100, then back (a dip)": Scenario(
+        lambda t: [0.2] * 3 if 60 <= t < 100 else HEAD, (1.0, 1.61), 0.08, HEAD
+    ),
     "acceptance 0.9 -> 0.1 after 60 tokens, cost 3.2": Scenario(
         lambda t: [0.9] * 3 if t < 60 else [0.1] * 3, (1.0, 3.2), 0.1, (0.9,) * 3
     ),

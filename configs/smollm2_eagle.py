@@ -18,14 +18,15 @@ Trees:    --config.top_paths=True --config.num_paths=3 --config.verifier=specinf
 Hardware: the head was trained on a lent H200 (2026-11-27, session 17); the figures below are
           from the 2-core CPU sandbox, where this config's L = 3 chain measured fastest.
 Result:   L = 3 (2026-11-27, scripts/bench_eagle.py, 23 held-out chat prompts, 128 new tokens,
-          greedy): 1.19x specjax's autoregressive decoding at the median on the CPU (0.88-1.67x,
-          block efficiency 1.99; 1.23x, 0.97-1.82x, since the tied head's 4-row product is a
-          fused multiply-and-reduce on XLA:CPU, 2026-11-28; 1.26x, 0.97-1.84x, since the head
-          feeds its pending pairs computing the last one's outputs only, session 21); 1.16x at temperature 1 (1.23x,
-          0.95-1.48x, after). On an H200, 1.71x at the median (1.38-2.43x). With widths=auto
-          (this config), in the same CPU run: 1.17x geometric mean at T = 0 (fixed L = 3:
-          1.18x); at T = 1, with the controller's soft verdicts, 1.12x (fixed: 1.13x in that run;
-          --config.widths=fixed drafts on every step).
+          greedy): 1.19x specjax's autoregressive decoding at the median on the CPU
+          (0.88-1.67x, block efficiency 1.99; 1.23x, 0.97-1.82x, since the tied head's 4-row
+          product is a fused multiply-and-reduce on XLA:CPU, 2026-11-28; 1.26x, 0.97-1.84x,
+          since the head feeds its pending pairs computing the last one's outputs only, session
+          21); 1.16x at temperature 1 (1.23x, 0.95-1.48x, after). On an H200, 1.71x at the
+          median (1.38-2.43x). With widths=auto (this config), in the same CPU run: 1.17x
+          geometric mean at T = 0 (fixed L = 3: 1.18x); at T = 1, with the controller's soft
+          verdicts, 1.12x (fixed: 1.13x in that run; --config.widths=fixed drafts on every
+          step).
           BENCHMARKS.md "A learned draft for SmolLM2".
           The width costs are measured once per compiled program before the first generation's
           timing (the "width calibration" row: about 2 s on the CPU). The default prompt's

@@ -252,8 +252,6 @@ class EagleHead(nnx.Module):
             positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
         if last is not None and (attn_mask is not None or kv_mask is not None):
             raise ValueError("EagleHead: `last` feeds a causal run of pairs; pass no mask with it")
-        if kv_mask is None and attn_mask is None:
-            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         q, k, v = self.qkv(g, tokens, positions)
         rows = jnp.arange(b)[:, None]
         slots = cache.lengths[:, None] + jnp.arange(t)[None, :]
@@ -265,6 +263,8 @@ class EagleHead(nnx.Module):
             q = jnp.take_along_axis(q, pick[:, :, None, None], axis=1)  # [B, 1, H, E]
             g = jnp.take_along_axis(g, pick[:, :, None], axis=1)  # [B, 1, D]
             seen, attn_mask = seen + pick[:, 0], jnp.ones((b, 1, 1), bool)
+        elif kv_mask is None and attn_mask is None:
+            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         gq, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
         qg = q.reshape(b, q.shape[1], gq, r, c.head_dim)
         out = attention.attend(  # over the live window of the head's cache

@@ -316,6 +316,37 @@ def test_controller_choices():
     assert int(drafting.probe_after) == W.PROBE
 
 
+def test_a_free_look_probes_only_a_proposal_whose_first_token_holds():
+    """A drafter with a free look (n-gram lookup) sees only its first token checked at width 0.
+    Where that token is accepted (estimate >= REVEAL) but a dear step keeps the later positions'
+    prior from paying, it probes once after the usual wait (PROBE, and EXPLORE of the probe's
+    expected loss), so the row can learn that the copy goes on. Below REVEAL, or with a
+    one-token proposal, it never probes (BENCHMARKS.md, session 22: the mt90 trap)."""
+    widths, rows, l_len = (0, 4), 2, 4
+    active = jnp.ones((rows,), bool)
+    policy = W.Policy(jnp.asarray([1.0, 2.6]), jnp.int32(W.AUTO))
+    control = W.WidthControl.init(rows, l_len, widths, jax.random.key(0))
+    later = jnp.full((rows, l_len), W.PRIOR_LATER)
+
+    def steps_to_probe(first, hint, limit=200):
+        accept = later.at[:, 0].set(first)
+        c = control.__class__(**{**control.__dict__, "accept": accept, "level": accept})
+        hints = jnp.full((rows,), hint, jnp.int32)
+        for n in range(limit):
+            index, c = W.choose(c, policy, hints, active, widths, probe=False)
+            if int(index):
+                return n
+        return None
+
+    # 1 + 0.95 (1 + 0.35 + 0.35^2 + 0.35^3) = 2.44 tokens do not pay for 2.6 (x MARGIN), so no
+    # drafting by the estimates; the probe loses 0.16 steps: EXPLORE asks for 16 steps first.
+    gain = 0.95 * sum(W.PRIOR_LATER**j for j in range(l_len))
+    assert (1.0 + gain) < 2.6 * W.MARGIN
+    assert steps_to_probe(0.95, hint=4) == int(np.ceil((2.6 - 1.0 - gain) / W.EXPLORE))
+    assert steps_to_probe(W.REVEAL - 0.05, hint=4) is None  # the first token does not hold
+    assert steps_to_probe(0.95, hint=1) is None  # nothing beyond the first token to learn
+
+
 @SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier
 def test_sequence_law_at_temperature_one_with_random_widths(lossless_pair):  # noqa: F811
     target, draft = lossless_pair

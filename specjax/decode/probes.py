@@ -1,7 +1,8 @@
 """When the width controller (:mod:`specjax.decode.widths`) tries a width its estimates do not
 choose: a drafter without a free look learns nothing at width 0, so after a while it *probes*
-the smallest drafting width once, if the probe's expected loss is a small share of the wait.
-(``policy`` below is a :class:`~specjax.decode.widths.Policy`.)
+the smallest drafting width once, if the probe's expected loss is a small share of the wait. A
+drafter with a free look at its first proposal probes only while that first token holds
+(:data:`REVEAL`). (``policy`` below is a :class:`~specjax.decode.widths.Policy`.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ EXPLORE = 0.01
 """The share of width-0 time probes may lose: a probe waits until its expected loss (its step's
 cost and :attr:`Policy.switch` beyond the tokens the estimates expect of it) is at most this
 share of the width-0 steps since the last one."""
+
+
+REVEAL = 0.8
+"""For a drafter with a free look at its first proposal (n-gram lookup): the first-token estimate
+from which a row's proposal is worth a probe. The free look keeps that estimate current, but
+later positions keep their prior until the row drafts; where a step is dear (a width-6 step
+costing 2.2 or more one-token steps on this CPU), a prior of 0.35 on them never pays for
+drafting even while every first token is accepted, and the row never learns that the copy goes
+on (BENCHMARKS.md, session 20: mt90). Probes then follow the same waits and :data:`EXPLORE`
+as for drafters without a free look; below this estimate none is made (chat prompts, where
+short copied phrases end after a token or two)."""
 
 
 def switch_cost(policy, idle: Array) -> Array:
@@ -48,3 +60,12 @@ def loss_wait(gain: Array, policy, active: Array, widths: tuple[int, ...]) -> Ar
     budget = EXPLORE - _catch_up(policy)
     steps = jnp.where(budget > 0.0, jnp.maximum(loss, 0.0) / budget, 1e6)
     return jnp.ceil(jnp.clip(steps, 0.0, 1e6)).astype(jnp.int32)
+
+
+def worth_revealing(accept: Array, hint: Array, active: Array) -> Array:
+    """bool ``[]``: whether a drafter with a free look should probe: some active row proposes
+    two tokens or more and expects its first to be accepted (at least :data:`REVEAL`). Its free
+    look checks only that first token, so only drafting shows whether the later ones are."""
+    if accept.shape[1] < 2:
+        return jnp.bool_(False)
+    return jnp.any(active & (hint >= 2) & (accept[:, 0] >= REVEAL))

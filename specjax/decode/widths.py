@@ -35,9 +35,10 @@ is at least long enough for the probe's expected loss to be :data:`EXPLORE` of i
 draft's catch-up, :attr:`Policy.catch_up`, makes a probe dearer with every step it waits). A
 stop of the controller's own right after a change of regime is checked by one probe ``PROBE``
 steps later whatever it costs, and undone where the probe accepts (:attr:`WidthControl.held`).
-Drafters whose first proposal is checked for free at width 0 (n-gram lookup) need no probes,
-and none is made where even a fully accepted draft would not pay for its step
-(:func:`could_pay`). The choice is one scalar for the whole batch (a reduction over rows), so
+Drafters whose first proposal is checked for free at width 0 (n-gram lookup) probe only where
+that check says a row's first token holds (:data:`REVEAL`), since only drafting shows whether
+the later ones do; no probe is made where even a fully accepted draft would not pay for its
+step (:func:`could_pay`). The choice is one scalar for the whole batch (a reduction over rows), so
 under a mesh every device takes the same branch.
 
 Exactness does not depend on the controller: each width is an exact step of its own and the
@@ -56,7 +57,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.decode import probes
-from specjax.decode.probes import EXPLORE, PROBE, PROBE_MAX  # noqa: F401 (part of this API)
+from specjax.decode.probes import EXPLORE, PROBE, PROBE_MAX, REVEAL  # noqa: F401 (this API)
 from specjax.decode.width_priors import (  # noqa: F401 (part of this module's API)
     PRIOR,
     PRIOR_LATER,
@@ -91,11 +92,9 @@ MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
 and a step that drafts in vain costs more than one that does not)."""
 
-AUTO = -1
-"""``force`` value that lets the controller choose (else: the index of the width to use)."""
-
-RANDOM = -2
-"""``force`` value that draws the width uniformly at random each step (exactness tests)."""
+AUTO, RANDOM = -1, -2
+"""``force`` values: let the controller choose; draw the width uniformly at random each step
+(exactness tests). Else ``force`` is the index of the width to use."""
 
 
 @jax.tree_util.register_dataclass
@@ -263,8 +262,8 @@ def choose(
       hint: int ``[B]`` the most tokens the drafter can propose per row (before verification).
       active: bool ``[B]`` rows not done.
       widths: the static widths; ``widths[0]`` must be the smallest.
-      probe: whether to probe after idle steps (False for drafters whose first proposal is
-        checked for free at width 0, e.g. n-gram lookup).
+      probe: False for a drafter whose first proposal is checked for free at width 0 (n-gram):
+        it reads ``accept``, not ``level``, and probes only while a first token holds.
       random: whether ``policy.force`` may be :data:`RANDOM` (the draw is compiled in only then).
     """
     if policy.prior is not None:  # rows not observed yet start from the pair's prior
@@ -288,7 +287,9 @@ def choose(
     recheck = jnp.any(active[:, None] & (control.held >= 0))  # a stop to check: probe soon
     wait = jnp.where(recheck, PROBE, jnp.maximum(control.probe_after, loss_wait))
     probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
-    probing = probing & probe & (len(widths) > 1) & could_pay(policy.costs, widths)
+    probing = probing & (len(widths) > 1) & could_pay(policy.costs, widths)
+    if not probe:  # a free look: probe only to learn the later positions of a good proposal
+        probing = probing & probes.worth_revealing(estimate, hint, active)
     auto = jnp.where(probing, 1, best)
     after = jnp.where(probing, jnp.minimum(2 * control.probe_after, PROBE_MAX), control.probe_after)
     after = jnp.where(best > 0, PROBE, after)  # drafting pays: probe again soon once it stops

@@ -26,8 +26,9 @@ def test_controller_choices():
     no_match = jnp.zeros((3,), jnp.int32)  # an n-gram drafter without a match: never draft
     assert int(W.choose(good, costs, no_match, active, widths)[0]) == 0
     # After PROBE width-0 steps the smallest width is tried once, then width 0 again for
-    # twice as long; never for a drafter whose first proposal is checked for free. (A probe
-    # here loses 1.15 - 1.11 width-0 steps: EXPLORE asks no longer wait.)
+    # twice as long; never for a drafter whose first proposal is checked for free while that
+    # first token does not hold (0.1 < REVEAL: test below). (A probe here loses 1.15 - 1.11
+    # width-0 steps: EXPLORE asks no longer wait.)
     idle = bad
     for wait in (W.PROBE, 2 * W.PROBE):
         for _ in range(wait):

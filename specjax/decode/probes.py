@@ -65,7 +65,6 @@ def loss_wait(gain: Array, policy, active: Array, widths: tuple[int, ...]) -> Ar
 def worth_revealing(accept: Array, hint: Array, active: Array) -> Array:
     """bool ``[]``: whether a drafter with a free look should probe: some active row proposes
     two tokens or more and expects its first to be accepted (at least :data:`REVEAL`). Its free
-    look checks only that first token, so only drafting shows whether the later ones are."""
-    if accept.shape[1] < 2:
-        return jnp.bool_(False)
+    look checks only that first token, so only drafting shows whether the later ones are. (A
+    hint never exceeds the draft length, so a drafter of one token never probes.)"""
     return jnp.any(active & (hint >= 2) & (accept[:, 0] >= REVEAL))

@@ -14,11 +14,10 @@ Result:   L = 6 n-gram tokens (the default here) was the fastest of L = 2, 4, 6 
           1.55-2.9x specjax's own autoregressive decoding and 2.2-2.4x transformers' prompt
           lookup at the same L (BENCHMARKS.md "Against Hugging Face").
           With widths=auto (each step drafts L or takes a one-token step; 2026-11-28,
-          scripts/bench_widths.py, 7 rounds): 0.98-1.15x autoregressive on the 9 chat prompts
-          where fixed L = 6 ran 0.68-0.85x, 1.33-2.68x on 4 of the 5 where drafts pay (100% of
-          fixed drafting on the copy prompt); the fifth, an MT-bench prompt that copies its
-          input, stayed at one-token steps, 1.00x against fixed 1.77x, after one calibration
-          round misread the step's cost (BENCHMARKS.md "Adaptive draft width", session 20).
+          scripts/bench_widths.py, 7 rounds): 0.99-1.17x autoregressive on the 9 chat prompts
+          where fixed L = 6 ran 0.75-0.96x, 1.43-2.95x on the 5 where drafts pay (100% of
+          fixed drafting on the copy prompt, 94% on an MT-bench prompt that edits its input;
+          BENCHMARKS.md "Adaptive draft width", session 23).
 """
 
 from specjax.config_files import sibling_config

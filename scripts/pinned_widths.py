@@ -6,21 +6,28 @@ A generation's steps per width at costs ``(1, c)`` (``DecodeConfig.width_costs``
 the controller reaches where a width-L step costs c one-token steps: ``n / (n_0 + c n_L)`` for
 its n tokens, n_0 one-token and n_L drafting steps, against ``n / (c · steps)`` for fixed
 drafting and 1 for autoregressive decoding. Greedy and timed by no clock, so it separates what
-the controller chooses from timing noise; a calibration that misreads the cost (on the 2-core
-CPU a width-6 step costs ~1.6 one-token steps, and single calibrations read up to 2.2 and more)
-is one of the columns. ``--reveal`` runs what-if values of ``probes.REVEAL`` side by side (the
-first-token estimate from which an n-gram row probes; above 1: never). The flags of
-scripts/bench_widths.py choose the prompts and lengths and name the outputs (``--mtbench``,
-``--only``, ``--new_tokens``, ``--draft_len``, ``--output``, ``--json``).
+the controller chooses from timing noise. ``--true_cost`` prices the steps at another cost than
+the controller was given: what a calibration that misread the cost costs (on the 2-core CPU a
+width-6 step costs ~1.5-1.6 one-token steps; single calibrations read 1.4-1.7 and more).
 
-  python scripts/pinned_widths.py --costs=1.6,2.0,2.4,2.8 --reveal=2,0.8 --output=/tmp/pinned.md
+What-ifs side by side: ``--reveal`` (``probes.REVEAL``, the first-token estimate from which an
+n-gram row probes; above 1: never) and ``--hint_ngram`` (``NgramDrafter.hint_ngram``, the
+shortest match the controller counts as a proposal). ``--matches`` adds, per prompt, how often
+the first token of an n-gram proposal is the next token of the greedy answer, by the length of
+its match. The flags of scripts/bench_widths.py choose the prompts and lengths and name the
+outputs (``--mtbench``, ``--only``, ``--new_tokens``, ``--draft_len``, ``--output``, ``--json``).
+
+  python scripts/pinned_widths.py --costs=1.35,1.5 --true_cost=1.6 --hint_ngram=1,2,3 --matches
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
+import jax
 from absl import app, flags
 from bench_widths import prompts  # its flags serve here too: --mtbench, --only, --output, ...
 
@@ -31,56 +38,106 @@ from specjax.models import load_pair
 from specjax.sampling import SamplingParams
 
 _COSTS = flags.DEFINE_list("costs", ["1.6", "2.0", "2.4", "2.8"], "pinned costs of a width-L step")
+_TRUE = flags.DEFINE_float("true_cost", None, "price the steps at this cost (default: each c)")
 _REVEAL = flags.DEFINE_list("reveal", [], "what-if values of probes.REVEAL (default: as shipped)")
+_HINT = flags.DEFINE_list("hint_ngram", [], "what-if NgramDrafter.hint_ngram (default: as shipped)")
+_MATCHES = flags.DEFINE_bool("matches", False, "first-token hit rates by match length")
 FLAGS = flags.FLAGS
 
 
-def counts(target, ids: list[int], costs: list[float], reveals: list[float]) -> dict:
-    """Fixed drafting's steps and, per ``(reveal, cost)``, the steps per width of one prompt."""
+def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) -> dict:
+    """Fixed drafting's steps and, per ``(reveal, hint_ngram, cost)``, the steps per width of
+    one prompt."""
     greedy = SamplingParams(temperature=0.0)
     n, l_len = FLAGS.new_tokens, FLAGS.draft_len
     ngram = NgramDrafter(target.config.vocab_size, draft_len=l_len)
     fixed = generate(target, [ids], DecodeConfig("block", greedy, n), ngram, seed=0)
     out = {"tokens": len(fixed.tokens[0]), "fixed_steps": fixed.metrics.steps, "runs": {}}
+    if FLAGS.matches:
+        ar = DecodeConfig("autoregressive", greedy, n)
+        out["matches"] = match_hits(list(ids), generate(target, [ids], ar).tokens[0])
     shipped = probes.REVEAL
     try:
-        for reveal in reveals:
+        for reveal, hint in variants:
             probes.REVEAL = reveal
             PROGRAMS.clear()  # REVEAL is read when the decode program is traced
+            jax.clear_caches()  # (many programs: the 2-core VM's code memory runs out)
+            drafter = dataclasses.replace(ngram, hint_ngram=hint)
             for c in costs:
                 cfg = DecodeConfig("block", greedy, n, widths=(0, l_len), width_costs=(1.0, c))
-                m = generate(target, [ids], cfg, ngram, seed=0).metrics
-                out["runs"][f"{reveal} {c}"] = {str(w): s for w, s in m.width_steps.items()}
+                m = generate(target, [ids], cfg, drafter, seed=0).metrics
+                out["runs"][f"{reveal} {hint} {c}"] = {str(w): s for w, s in m.width_steps.items()}
     finally:
         probes.REVEAL = shipped
         PROGRAMS.clear()
     return out
 
 
-def speed(rec: dict, reveal: float, c: float, l_len: int) -> float:
-    """Tokens per one-token step of the controller's run at ``(reveal, c)``."""
-    steps = rec["runs"][f"{reveal} {c}"]
+def match_hits(prompt: list[int], answer: list[int], longest: int = 3) -> dict:
+    """Per match length n: ``[proposals, first tokens right]`` of prompt lookup (the longest
+    suffix of up to ``longest`` tokens seen before, its most recent occurrence) at each
+    position of the greedy ``answer``; ``"0"``: positions without a match."""
+    seq, out = prompt + answer, {str(n): [0, 0] for n in range(longest + 1)}
+    for t in range(len(prompt), len(seq)):
+        ctx, found = seq[:t], 0
+        for n in range(longest, 0, -1):
+            starts = [s for s in range(len(ctx) - n) if ctx[s : s + n] == ctx[-n:]]
+            if starts:
+                found = n
+                out[str(n)][1] += int(ctx[starts[-1] + n] == seq[t])
+                break
+        out[str(found)][0] += 1
+    return out
+
+
+def speed(rec: dict, key: str, c: float, l_len: int) -> float:
+    """Tokens per one-token step of the controller's run ``key``, its steps priced at c."""
+    steps = rec["runs"][key]
     return rec["tokens"] / (steps.get("0", 0) + c * steps.get(str(l_len), 0))
 
 
-def render(records: dict, costs: list[float], reveals: list[float]) -> str:
-    """One row per prompt: fixed drafting, then the controller per REVEAL value, per cost."""
-    l_len = FLAGS.draft_len
-    head = ["prompt"] + [f"c = {c}: fixed / " + " / ".join(f"{r}" for r in reveals) for c in costs]
+def render(records: dict, costs: list[float], variants: list[tuple]) -> str:
+    """One row per prompt: fixed drafting, then the controller per what-if, per cost."""
+    l_len, true = FLAGS.draft_len, FLAGS.true_cost
+    names = [f"({r}, {h})" for r, h in variants]
+    head = ["prompt"] + [f"c = {c}: fixed / " + " / ".join(names) for c in costs]
     rows = []
     for name, rec in records.items():
         cells = [name]
         for c in costs:
-            fixed = rec["tokens"] / (c * rec["fixed_steps"])
-            cells.append(
-                " / ".join(f"{x:.2f}" for x in [fixed] + [speed(rec, r, c, l_len) for r in reveals])
-            )
+            price = c if true is None else true
+            fixed = rec["tokens"] / (price * rec["fixed_steps"])
+            runs = [speed(rec, f"{r} {h} {c}", price, l_len) for r, h in variants]
+            cells.append(" / ".join(f"{x:.2f}" for x in [fixed, *runs]))
         rows.append(cells)
-    return (
+    priced = "c one-token steps" if true is None else f"{true} one-token steps (given: c)"
+    text = (
         f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n\n"
         f"Speed over autoregressive decoding implied by the steps per width when a width-{l_len} "
-        f"step costs c one-token steps: fixed drafting, then the controller with "
-        f"REVEAL = {', '.join(map(str, reveals))}.\n\n" + benchlib.table(head, rows, left=1)
+        f"step costs {priced}: fixed drafting, then the controller with "
+        f"(REVEAL, hint_ngram) = {', '.join(names)}.\n\n" + benchlib.table(head, rows, left=1)
+    )
+    if FLAGS.matches:
+        text += "\n\n" + render_matches(records)
+    return text
+
+
+def render_matches(records: dict) -> str:
+    """First-token hit rates of prompt lookup by match length, per prompt and overall."""
+    lengths = ["1", "2", "3"]
+    total = {n: [0, 0] for n in lengths}
+    rows = []
+    for name, rec in records.items():
+        m = rec["matches"]
+        for n in lengths:
+            total[n] = [total[n][0] + m[n][0], total[n][1] + m[n][1]]
+        rows.append([name, m["0"][0]] + [f"{m[n][1]}/{m[n][0]}" for n in lengths])
+    rate = lambda n: f"**{total[n][1] / max(total[n][0], 1):.2f}** of {total[n][0]}"
+    rows.append(["all", ""] + [rate(n) for n in lengths])
+    head = ["prompt", "no match"] + [f"{n}-gram: right / proposals" for n in lengths]
+    return (
+        "Prompt lookup's first token against the greedy answer, by the length of its match:\n\n"
+        + benchlib.table(head, rows, left=1)
     )
 
 
@@ -90,12 +147,14 @@ def main(argv):
     target, tok = smol.target, smol.tokenizer
     costs = [float(c) for c in _COSTS.value]
     reveals = [float(r) for r in _REVEAL.value] or [probes.REVEAL]
+    hints = [int(h) for h in _HINT.value] or [NgramDrafter(1).hint_ngram]
+    variants = list(itertools.product(reveals, hints))
     records = {}
     for name, text in prompts().items():
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
-        records[name] = counts(target, ids, costs, reveals)
+        records[name] = counts(target, ids, costs, variants)
         benchlib.log(f"{name}: {json.dumps(records[name])}")
-    report = render(records, costs, reveals)
+    report = render(records, costs, variants)
     print(report)
     benchlib.write_report(report, FLAGS.output)
     if FLAGS.json:

@@ -169,6 +169,25 @@ def test_ngram_proposals_have_variable_length():
     np.testing.assert_array_equal(short.tokens[0, 0], [2, 3, 4, 1])  # "1" matched at 0
 
 
+def test_ngram_hint_counts_only_long_enough_matches():
+    """The width controller's hint counts a proposal only where its match is ``hint_ngram``
+    tokens long (at most ``max_ngram``); the proposal itself is made either way."""
+    #                    0  1  2  3  4  5  6  7  8  9
+    tokens = jnp.array([[4, 1, 2, 5, 6, 3, 1, 2, 0, 0], [7, 1, 2, 3, 8, 1, 2, 3, 0, 0]], jnp.int32)
+    lengths = jnp.array([8, 8])  # row 0 ends "3 1 2": a 2-gram match; row 1 "1 2 3": a 3-gram
+    drafter = NgramDrafter(16, draft_len=3)
+    draft, _ = drafter.propose((), None, tokens, lengths)
+    np.testing.assert_array_equal(draft.num_draft[:, 0], [3, 3])
+    for hint_ngram, want in [(3, [0, 3]), (2, [3, 3]), (1, [3, 3])]:
+        num, first = dataclasses.replace(drafter, hint_ngram=hint_ngram).hint(tokens, lengths)
+        np.testing.assert_array_equal(num, want)
+        np.testing.assert_array_equal(first, [5, 8])
+    num, _ = NgramDrafter(16, draft_len=3, max_ngram=2).hint(tokens, lengths)  # (3 > max: 2)
+    np.testing.assert_array_equal(num, [3, 3])
+    with pytest.raises(ValueError, match="hint_ngram must be >= 1"):
+        NgramDrafter(16, hint_ngram=0)
+
+
 def test_same_seed_same_output_and_rows_independent(models):
     target, draft = models
     t1 = SamplingParams(1.0)

@@ -7,10 +7,10 @@ its proposals, the programs of a pair (prompt buckets, batch sizes) count into o
 they preceded) and the drafting steps of every generation and of every finished row of a batch
 job (:func:`learns`). (An n-gram drafter's acceptance is the
 prompt's, copying or not, more than the pair's, and it sees each first verdict for free: its
-programs keep their own counts.) Until the pair's counts are known well (:data:`SETTLE`), rows
-start from their upper confidence bound (:attr:`Acceptance.upper`: optimism that drafting steps
-correct, where pessimism would stop the drafting that could correct it); a calibrated program
-then fixes its prior.
+rows start from the default prior, and nothing is counted.) Until the pair's counts are known
+well (:data:`SETTLE`), rows start from their upper confidence bound (:attr:`Acceptance.upper`:
+optimism that drafting steps correct, where pessimism would stop the drafting that could
+correct it); a calibrated program then fixes its prior.
 
 The steps a controller chose to draft are a selected sample (a row drafts more where its drafts
 are accepted, and stops after a run of rejections): on the SmolLM2 head at T = 0 they put the

@@ -149,7 +149,7 @@ class Run:
             # A drafter without a free look learns only by drafting: its rows start from the
             # pair's counts, pooled and optimistic until known. One with a free look (n-gram)
             # sees each first verdict anyway, and its acceptance is the prompt's (copying or
-            # not) more than the pair's: it keeps its program's own counts.
+            # not) more than the pair's: its program counts nothing (the default prior).
             pair = None if look else acceptance.of_pair(self.args[:2], self.config, length)
             record = Calibration.empty(len(self.config.widths), length, pair, not look)
             PROGRAMS.calibrations[self.key] = record

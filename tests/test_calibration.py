@@ -4,6 +4,8 @@ something, before a generation's timing on a scratch of its prompts, once per pr
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,6 +112,25 @@ def test_acceptance_counts_what_the_drafts_reached_and_costs_pair_their_rounds()
     assert record.costs is None
 
 
+def test_costs_rest_on_the_rounds_that_agree():
+    """A one-off slow call (a window's first run in a fresh process) is not noise around the
+    cost: where the usual rounds disagree by more than AGREE calibration measures more, and
+    the costs are the median of the closest ones, not of all."""
+    record = Calibration.empty(2, 3)
+    record.repeats = 3
+    # Round 2's width-6 long call and round 3's width-0 short call each ran a branch first.
+    record.seconds = [[16.4, 16.1, 4.1], [22.3, 48.0, 22.5]]
+    assert not record.agreed
+    np.testing.assert_allclose(record.costs, [1.0, 48.0 / 16.1], rtol=1e-6)  # (what it read)
+    record.seconds = [[16.4, 16.1, 4.1, 16.5, 16.2], [22.3, 48.0, 22.5, 23.9, 24.0]]
+    assert record.agreed
+    want = np.median([22.3 / 16.4, 23.9 / 16.5, 24.0 / 16.2])
+    np.testing.assert_allclose(record.costs, [1.0, want], rtol=1e-6)
+    record.seconds = [[1.0, 2.0, 1.0], [3.0, 6.0, 3.3]]  # agreeing rounds: their median
+    assert record.agreed
+    np.testing.assert_allclose(record.costs, [1.0, 3.0], rtol=1e-6)
+
+
 def test_a_model_drafts_switch_is_booked_per_width0_step_it_missed(models):  # noqa: F811
     """A model draft feeds every token it missed at width 0 when it drafts again: its switch,
     measured after a run of width-0 steps, is booked per step of that run (``catch_up``), so
@@ -161,8 +182,10 @@ def test_a_stream_calibrates_before_it_starts(models, autoregressive):  # noqa: 
 
 
 def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
-    """A model drafter and an n-gram drafter both measure their usual rounds, no more (the
-    tiny pair's steps are sub-millisecond: :data:`calibration.REPEATS`). The test holds the
+    """A model drafter and an n-gram drafter both measure their usual rounds (the tiny pair's
+    steps are sub-millisecond: :data:`calibration.REPEATS`), more only where the usual ones
+    did not agree (:data:`calibration.AGREE`), and then at most ``MORE`` times as many. The
+    test holds the
     record it hands the calibration: on a loaded machine noise can make a drafting step look
     cheaper than a one-token step, and the program then forgets its record (measured again
     next call) after measuring the same rounds."""
@@ -184,11 +207,16 @@ def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
         assert kept is record or (kept is None and record.costs is None), (kept, record)
         fast = record.pilot * calibration.STEPS[0] < calibration.SECONDS
         usual = calibration.REPEATS if fast else calibration.SLOW_REPEATS
-        return min(map(len, record.seconds)), usual
+        assert record.repeats == usual and record.agreed, record
+        measured = min(map(len, record.seconds))
+        if measured > usual:  # only where the usual rounds disagreed
+            first = dataclasses.replace(record, seconds=[t[:usual] for t in record.seconds])
+            assert not first.agreed, record
+        return measured, usual
 
     for drafter in (
         ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY),
         NgramDrafter(target.config.vocab_size, num_paths=1, draft_len=3),
     ):
         measured, usual = rounds(drafter)
-        assert measured == usual, (measured, usual)
+        assert usual <= measured <= calibration.MORE * usual, (measured, usual)

@@ -70,6 +70,17 @@ always right leaves the later positions' prior (0.35) short of paying, and MT-be
 copies its input, ran 1.00x against fixed drafting's 1.77x (BENCHMARKS.md, "Adaptive draft
 width", session 20)."""
 
+AGREE, MORE = 1.25, 3
+"""When a program's rounds agree: the ``repeats`` closest estimates of each width's cost lie
+within a factor :data:`AGREE`; until then calibration measures more rounds, at most ``MORE``
+times the usual, and the costs are the median of those closest estimates
+(:meth:`Calibration.costs`). A one-off slow call is not noise around the cost: in a fresh
+process the first step that reaches a larger attention window (``models.attention``) runs that
+branch for the first time, 50-150 ms instead of 15-25, and the copy prompt's scratch, which
+grows 7 tokens a step, crossed 256 tokens inside calibration. Two such calls in three rounds
+(one slowing a width-6 long call, one a width-0 short call) read its width-6 cost at 2.8-3.5
+where it is 1.5, and the generation took 30-80 one-token steps of a copy before it drafted."""
+
 
 @dataclasses.dataclass
 class Calibration:
@@ -84,6 +95,7 @@ class Calibration:
       pilot: the pilot estimate of a width-0 step's seconds (None: not made yet).
       warm: whether every width has run once (a width's first run is slower: 10 ms, not 2).
       done: whether every estimate is made (then :attr:`costs` are settled).
+      repeats: the rounds whose estimates must agree (:data:`AGREE`; 0 before the first).
       settled: the prior, fixed at the first read once :attr:`done` and the pair's acceptance
         is known (:attr:`Acceptance.known`; None before): the pair's counts keep growing, but
         a settled program's controller stays as it is, so repeated calls with one seed take the
@@ -104,6 +116,7 @@ class Calibration:
     switch: list[float] = dataclasses.field(default_factory=list)
     switch_idle: list[int] = dataclasses.field(default_factory=list)
     pilot: float | None = None
+    repeats: int = 0
     warm: bool = False
     done: bool = False
     settled: np.ndarray | None = None
@@ -122,15 +135,24 @@ class Calibration:
 
     @property
     def costs(self) -> np.ndarray | None:
-        """``[W]`` relative width costs: per width, the median over rounds of its estimate over
-        width 0's of the same round (measured a fraction of a second apart, so a machine that
-        slows down for a while slows both); None without an estimate for every width, or if
+        """``[W]`` relative width costs: per width, the median of its estimates over width 0's
+        of the same round (measured a fraction of a second apart, so a machine that slows
+        down for a while slows both), over the :attr:`repeats` closest of them where they
+        agree (:data:`AGREE`), else over all; None without an estimate for every width, or if
         noise made a drafting step look cheaper than a one-token step."""
         ratios = self._ratios()
         if ratios is None:
             return None
-        costs = np.asarray([1.0] + [np.median(r) for r in ratios], np.float32)
-        return costs if np.all(costs[1:] >= 1.0) else None
+        costs = np.asarray([1.0] + [np.median(_closest(r, self.repeats)) for r in ratios])
+        return costs.astype(np.float32) if np.all(costs[1:] >= 1.0) else None
+
+    @property
+    def agreed(self) -> bool:
+        """Whether every width has :attr:`repeats` estimates that agree (:data:`AGREE`)."""
+        ratios = self._ratios()
+        if ratios is None or min(map(len, self.seconds)) < self.repeats:
+            return False
+        return all(_spread(_closest(r, self.repeats)) <= AGREE for r in ratios)
 
     def _ratios(self) -> list[np.ndarray] | None:
         """Per drafting width, its per-round estimates over width 0's (None: a width has none)."""
@@ -167,6 +189,22 @@ class Calibration:
         if self.settled is not None:
             return self.settled
         return self.pair.upper if self.optimistic and not self.pair.known else self.pair.prior
+
+
+def _closest(values: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` of ``values`` that lie within the smallest factor of each other (all of them
+    if there are no more than ``k``, or if ``k`` is 0)."""
+    values = np.sort(np.asarray(values, np.float64))
+    if k <= 0 or len(values) <= k:
+        return values
+    spreads = values[k - 1 :] / np.maximum(values[: len(values) - k + 1], 1e-12)
+    start = int(np.argmin(spreads))
+    return values[start : start + k]
+
+
+def _spread(values: np.ndarray) -> float:
+    """max / min of positive ``values``."""
+    return float(np.max(values) / max(np.min(values), 1e-12))
 
 
 def calibrate(run, state, restart=None):
@@ -249,11 +287,11 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
     low, high = STEPS
     per_step = max(record.pilot or 0.0, 1e-6)
     extra = int(np.clip(np.ceil(SECONDS / per_step), low, high))
-    repeats = REPEATS if per_step * low < SECONDS else SLOW_REPEATS
+    repeats = record.repeats = REPEATS if per_step * low < SECONDS else SLOW_REPEATS
     per_width = record.seconds
     after_idle, idle_steps = False, 0  # whether the latest calls were width-0 steps, how many
-    for _ in range(2 * repeats):  # rounds (a timing swamped by noise gives no estimate)
-        if min(map(len, per_width)) >= repeats:
+    for _ in range(MORE * repeats):  # rounds (a timing swamped by noise gives no estimate)
+        if record.agreed:
             break
         for i in sorted(range(n_widths), key=lambda i: len(per_width[i])):  # fewest first
             short, n_short = timed(1, i)

@@ -10,7 +10,7 @@ forced at each width:
   long call must run long enough for the first steps of a call (slower than the rest) to weigh
   little: ``n`` is sized so that a width-0 long call runs :data:`SECONDS`, from a pilot estimate
   of a width-0 step. Sub-millisecond steps take the median of :data:`REPEATS` estimates, slower
-  ones of :data:`SLOW_REPEATS`.
+  ones of :data:`SLOW_REPEATS`, measuring more rounds until that many agree (:data:`AGREE`).
 * **what a probe costs beyond its step**: a drafting step right after a run of width-0 steps
   against one right after a drafting step (the draft catching up the tokens it missed, and the
   change of loop), in width-0 steps (:meth:`Calibration.switch_costs`). A model draft's

@@ -30,6 +30,7 @@ import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import jax
 from absl import app, flags
 from bench_widths import prompts  # its flags serve here too: --mtbench, --only, --output, ...
+from benchlib.ngram_matches import match_hits
 
 from specjax.decode import DecodeConfig, generate, probes
 from specjax.decode.seams import PROGRAMS
@@ -70,23 +71,6 @@ def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) ->
     finally:
         probes.REVEAL = shipped
         PROGRAMS.clear()
-    return out
-
-
-def match_hits(prompt: list[int], answer: list[int], longest: int = 3) -> dict:
-    """Per match length n: ``[proposals, first tokens right]`` of prompt lookup (the longest
-    suffix of up to ``longest`` tokens seen before, its most recent occurrence) at each
-    position of the greedy ``answer``; ``"0"``: positions without a match."""
-    seq, out = prompt + answer, {str(n): [0, 0] for n in range(longest + 1)}
-    for t in range(len(prompt), len(seq)):
-        ctx, found = seq[:t], 0
-        for n in range(longest, 0, -1):
-            starts = [s for s in range(len(ctx) - n) if ctx[s : s + n] == ctx[-n:]]
-            if starts:
-                found = n
-                out[str(n)][1] += int(ctx[starts[-1] + n] == seq[t])
-                break
-        out[str(found)][0] += 1
     return out
 
 

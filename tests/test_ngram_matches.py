@@ -1,8 +1,9 @@
-"""scripts/pinned_widths.py's count of prompt lookup's first tokens by match length."""
+"""benchlib.ngram_matches (scripts/pinned_widths.py --matches): prompt lookup's first tokens
+by match length."""
 
 from __future__ import annotations
 
-from pinned_widths import match_hits
+from benchlib.ngram_matches import match_hits
 
 
 def test_match_hits_counts_the_longest_most_recent_match():

@@ -222,12 +222,11 @@ def calibrate(run, state, restart=None):
     record = run.calibration(create=True)
     seen = Acceptance.empty(run.drafter.draft_len)  # what the forced drafting steps reached
     state = _measure(run, record, state, restart, seen)
-    if adaptive.free_look(run.drafter):
-        pass  # (n-gram) nothing counted: its rows start from the default prior
-    elif restart is not None:  # a scratch of the generation's prompts: counted once it has ended
-        run.pending = seen
-    elif not acceptance.learns(run.config, run.drafter):  # live steps no finished row counts
-        record.pair.add(seen)
+    if not adaptive.free_look(run.drafter):  # (n-gram rows start from the default prior)
+        if restart is not None:  # a scratch of the generation's prompts: counted once it ended
+            run.pending = seen
+        elif not acceptance.learns(run.config, run.drafter):  # live steps no finished row counts
+            record.pair.add(seen)
     if record.done and record.costs is None:  # noise won: measure again next call
         run.forget_calibration()
     return state

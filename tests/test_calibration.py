@@ -184,8 +184,9 @@ def test_a_stream_calibrates_before_it_starts(models, autoregressive):  # noqa: 
 def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
     """A model drafter and an n-gram drafter both measure their usual rounds (the tiny pair's
     steps are sub-millisecond: :data:`calibration.REPEATS`), more only where the usual ones
-    did not agree (:data:`calibration.AGREE`), and then at most ``MORE`` times as many. The
-    test holds the
+    did not agree (:data:`calibration.AGREE`), and then at most ``MORE`` times as many rounds
+    (a loaded machine can keep them apart that long; whether they then agree is
+    ``test_costs_rest_on_the_rounds_that_agree``'s question). The test holds the
     record it hands the calibration: on a loaded machine noise can make a drafting step look
     cheaper than a one-token step, and the program then forgets its record (measured again
     next call) after measuring the same rounds."""
@@ -207,7 +208,7 @@ def test_calibration_measures_its_usual_rounds(models):  # noqa: F811
         assert kept is record or (kept is None and record.costs is None), (kept, record)
         fast = record.pilot * calibration.STEPS[0] < calibration.SECONDS
         usual = calibration.REPEATS if fast else calibration.SLOW_REPEATS
-        assert record.repeats == usual and record.agreed, record
+        assert record.repeats == usual, record
         measured = min(map(len, record.seconds))
         if measured > usual:  # only where the usual rounds disagreed
             first = dataclasses.replace(record, seconds=[t[:usual] for t in record.seconds])

@@ -136,7 +136,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
     drafter = FeatureDrafter(random_head(target, 8), num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, 24, widths=(0, 3))
-    state = _initial(target, drafter, cfg, FEATURE_PROMPTS)
+    state = initial_state(target, drafter, cfg, FEATURE_PROMPTS)
     one = jax.jit(step, static_argnames=("config",))
     forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers)[1])
     costs = jnp.ones((2,), jnp.float32)
@@ -159,7 +159,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
         assert row == ar[r][: len(row)]
 
 
-def _initial(target, drafter, cfg, prompts):
+def initial_state(target, drafter, cfg, prompts):
     b = prepare(target, drafter, prompts, cfg)
     init = jax.jit(prefill_program, static_argnames=("capacity", "buffer", "widths"))
     args = (b.prompts, b.lengths, b.active, np.int32(0))
@@ -173,7 +173,7 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
-    state = _initial(target, drafter, cfg, PROMPTS)
+    state = initial_state(target, drafter, cfg, PROMPTS)
     one = jax.jit(step, static_argnames=("config",))
     costs = jnp.ones((2,), jnp.float32)
     for force in [0] * 7 + [1]:
@@ -207,7 +207,7 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models, costs):
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
     policy = W.Policy(jnp.asarray(costs), jnp.int32(W.AUTO))
-    start = _initial(target, drafter, cfg, PROMPTS)
+    start = initial_state(target, drafter, cfg, PROMPTS)
     program = jax.jit(decode_program, static_argnames=("config",))
     state, steps = program(target, drafter, start, 13, None, policy, config=cfg)
     state, more = program(target, drafter, state, 1000, None, policy, config=cfg)

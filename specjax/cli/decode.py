@@ -23,10 +23,11 @@ from specjax.cli.checks import ConfigError
 from specjax.cli.job_files import autoregressive_config, write_outputs
 from specjax.decode import compile_cache, generate, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-from specjax.decode.loop import Generation, Stream
+from specjax.decode.loop import Generation
 from specjax.decode.metrics import Metrics
 from specjax.decode.ssd import ssd_devices, ssd_rates, ssd_table
 from specjax.decode.ssd.drafter import SSDDrafter
+from specjax.decode.stream import Stream
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models.eagle import Frozen, load_head

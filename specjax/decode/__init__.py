@@ -28,7 +28,7 @@ _WHERE = {
     "Metrics": "metrics",
     "Request": "batching",
     "ShapeBuckets": "buckets",
-    "Stream": "loop",
+    "Stream": "stream",
     "Timing": "metrics",
     "generate": "generation",
     "ssd_rates": "ssd",

@@ -109,6 +109,32 @@ def next_width(
     return jnp.where(kept, state.control.next, index), state.replace(control=control)
 
 
+def never_drafts(
+    drafter, policy: width_control.Policy, widths: tuple[int, ...], steps: int
+) -> bool:
+    """Whether the automatic controller takes width 0 at every one of a generation's first
+    ``steps`` steps (host values of ``policy``, a settled calibration's): then the generation is
+    an autoregressive one, and :meth:`~specjax.decode.loop.Run.plain` runs it as one.
+
+    It holds for a drafter without a free look (a width-0 step observes nothing, so its
+    estimates stay at the pair's prior; every row alike) whose first choice, made by
+    :func:`~specjax.decode.widths.choose` itself, is width 0 and whose first probe would come
+    after ``steps`` steps or never (:func:`~specjax.decode.widths.could_pay`): later choices
+    read the same estimates at costs raised by the switch back to drafting (``switch`` and
+    ``catch_up`` >= 0), and the wait the first choice set does not shrink."""
+    if free_look(drafter) or widths[0] != 0 or int(policy.force) != width_control.AUTO:
+        return False
+    if min(float(policy.switch), float(policy.catch_up)) < 0:
+        return False
+    l_len = drafter.draft_len
+    control = width_control.WidthControl.init(1, l_len, widths, jax.random.key(0))
+    hint, active = jnp.full((1,), l_len, jnp.int32), jnp.ones((1,), bool)
+    index, chosen = width_control.choose(control, policy, hint, active, widths)
+    if int(index) != 0:
+        return False
+    return not bool(width_control.could_pay(policy.costs, widths)) or int(chosen.wait) >= steps
+
+
 def idle_quota(control: width_control.WidthControl, policy: width_control.Policy) -> Array:
     """How many width-0 steps in a row a drafter without a free look takes before
     :func:`choose_width` decides again (int32 ``[]``, >= 1), given the controller as the choice of

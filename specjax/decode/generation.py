@@ -10,7 +10,7 @@ wherever the arithmetic allows:
 * an :class:`~specjax.decode.ssd.drafter.SSDDrafter`: speculative speculative decoding
   (:mod:`specjax.decode.ssd`), fused on one device or overlapped across ``ssd_devices``.
 
-:class:`~specjax.decode.loop.Stream` is the streaming form (one device); a
+:class:`~specjax.decode.stream.Stream` is the streaming form (one device); a
 :class:`~specjax.decode.batching.ContinuousBatch` serves many requests through a fixed set of
 slots.
 """

@@ -1,18 +1,20 @@
-"""Whole generations: :func:`generate` and :class:`Stream`.
+"""Whole generations on one device or a mesh: :func:`generate` and its :class:`Run`.
 
 A generation is two compiled programs: *prefill* (prompts -> :class:`DecodeState`) and *decode*
 (``step`` under ``lax.while_loop`` for at most ``max_steps`` steps or until every row is done;
 the state is donated, so caches are updated in place). :func:`generate` runs decode once for the
-first step (timing the first token) and once for the rest; :class:`Stream` runs it one step per
-call. Inputs are padded to :class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are
-kept per shape, so prompts of different lengths reuse the same two programs.
+first step (timing the first token) and once for the rest;
+:class:`~specjax.decode.stream.Stream` runs it one step per call. Inputs are padded to
+:class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are kept per shape, so
+prompts of different lengths reuse the same two programs. A generation whose width controller
+would never draft runs the autoregressive programs (:meth:`Run.plain`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -22,10 +24,10 @@ from specjax import sharding
 from specjax.decode import acceptance, adaptive, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
-from specjax.decode.config import DecodeConfig
+from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.inputs import PreparedBatch, check_seed, on_device, prepare
 from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.programs import PROGRAMS
+from specjax.decode.programs import PROGRAMS, ProgramCache
 from specjax.decode.state import DecodeState, check_target
 from specjax.drafters.base import catches_up
 from specjax.models.llama import Llama
@@ -33,6 +35,9 @@ from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
+
+_NEVER = ProgramCache(256)
+"""Per program and controller inputs: whether its generations never draft (:meth:`Run.plain`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +101,9 @@ class Run:
         drafter = drafter if config.speculative else None
         multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
         batch = prepare(target, drafter, prompts, config, buckets, multiple)
-        return cls(target, drafter, batch, config, seed, mesh)
+        run = cls(target, drafter, batch, config, seed, mesh)
+        run.remake = lambda c: cls.of(target, None, prompts, c, seed, mesh, buckets)
+        return run
 
     def __init__(self, target, drafter, batch: PreparedBatch, config, seed, mesh):
         target = as_pure(target)
@@ -136,6 +143,8 @@ class Run:
         self.counted = None  # the stats up to which the pair's acceptance counted this run
         self.calibration_seconds = 0.0  # spent by prepare() measuring the width costs
         self.pending = None  # acceptance its scratch calibration saw, counted after the run
+        self.remake = None  # config -> the Run of the same prompts under it (Run.of's)
+        self.as_widths = None  # (widths, L) a plain() run reports its steps under
 
     def start(self) -> DecodeState:
         """Runs prefill."""
@@ -162,6 +171,10 @@ class Run:
         calibration saw (held back until now: :func:`~specjax.decode.calibration.calibrate`)."""
         if acceptance.teach(self, self.counted, stats):
             self.counted = stats
+        self._count_pending()
+
+    def _count_pending(self) -> None:
+        """Adds what the scratch calibration saw to the pair's counts (once)."""
         record = self.calibration()
         if record is not None and self.pending is not None:
             record.pair.add(self.pending)
@@ -285,6 +298,39 @@ class Run:
             self.compile_seconds += time.perf_counter() - start
         self._steps = []  # (the scratch's steps are not the generation's)
 
+    def plain(self) -> Run:
+        """The run to time after :meth:`prepare`: this one, or where the width controller would
+        take width 0 at every step (:func:`~specjax.decode.adaptive.never_drafts`, on settled
+        costs and prior), the autoregressive run of the same prompts (the baseline's own
+        programs, the same tokens for the same seed: a width-0 step is an autoregressive step
+        with the same keys), which reports its steps as width-0 steps. The adaptive program's
+        width-0 loop costs 1-3% more per generation than the baseline on 0.35 ms steps (its
+        larger state and first-call bookkeeping; BENCHMARKS.md, session 24)."""
+        config = self.config
+        if not config.widths or self.remake is None or not self.calibrated:
+            return self
+        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
+        policy = widths.Policy(costs, np.int32(config.force_width), prior, switch, catch_up)
+        key = (self.key, costs.tobytes(), prior.tobytes(), switch, catch_up)
+        never, _ = _NEVER.get(
+            key,
+            lambda: adaptive.never_drafts(
+                self.drafter, policy, config.widths, config.max_new_tokens
+            ),
+        )
+        if not never:
+            return self
+        baseline = DecodeConfig(
+            AUTOREGRESSIVE, config.sampling, config.max_new_tokens, config.stop_tokens
+        )
+        self._count_pending()  # (this generation has decided its widths)
+        run = self.remake(baseline)
+        run.prepare()
+        run.as_widths = (config.widths, self.drafter.draft_len)
+        run.compile_seconds += self.compile_seconds
+        run.calibration_seconds += self.calibration_seconds
+        return run
+
     def timing(self, seconds: float, first: float, first_tokens: int) -> Timing:
         """The :class:`Timing` of a generation timed at ``seconds`` (the first step's below)."""
         return Timing(seconds, self.compile_seconds, first, first_tokens, self.calibration_seconds)
@@ -294,6 +340,8 @@ class Run:
         check_target(counters.stats, range(self.batch.rows))
         self.learn(counters.stats)
         metrics = Metrics.from_state(counters, timing)
+        if self.as_widths is not None:
+            metrics = metrics.at_width_zero(*self.as_widths)
         return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 
 
@@ -333,6 +381,7 @@ def generate(
     """
     run = Run.of(target, drafter, prompts, config, seed, mesh, buckets)
     run.prepare()  # (first runs of new programs; adaptive widths' calibration)
+    run = run.plain()
     start = time.perf_counter()
     state = run.decode(run.start(), 1)
     first_lengths = jax.device_get(state.lengths)  # waits for the first step
@@ -341,60 +390,3 @@ def generate(
     seconds = time.perf_counter() - start
     first_tokens = int(np.sum((first_lengths - run.batch.lengths)[: run.batch.rows]))
     return run.result(state, run.timing(seconds, first, first_tokens))
-
-
-class Stream:
-    """Streaming generation: iterate to receive each step's newly accepted ids per row.
-
-    ``for new in Stream(...)`` yields ``list[list[int]]`` (one list per row, possibly empty);
-    afterwards :attr:`result` holds the :class:`Generation`. It runs :func:`generate`'s own two
-    programs (decode one step per call), with one host read of the lengths per step.
-    """
-
-    def __init__(
-        self,
-        target: PureModel | Llama,
-        prompts: Sequence[Sequence[int]],
-        config: DecodeConfig,
-        drafter=None,
-        seed: int = 0,
-        buckets: ShapeBuckets = DEFAULT,
-    ):
-        self._run = Run.of(target, drafter, prompts, config, seed, None, buckets)
-        self.result: Generation | None = None
-        self.widths_taken: list[int] = []  # with config.widths: each yielded step's width
-
-    def __iter__(self) -> Iterator[list[list[int]]]:
-        run = self._run
-        run.prepare()  # (first runs of new programs; adaptive widths' calibration)
-        start = time.perf_counter()
-        state = run.start()
-        self._seen = np.asarray(run.batch.lengths).copy()
-        first = first_tokens = None
-        while True:
-            state = run.decode(state, 1)
-            if first is None:
-                now = jax.device_get(state.lengths)
-                first = time.perf_counter() - start
-                first_tokens = int(np.sum((now - self._seen)[: run.batch.rows]))
-            yield self._new(state)
-            if self._done:
-                break
-        seconds = time.perf_counter() - start
-        self.result = run.result(state, run.timing(seconds, first, first_tokens))
-
-    def _new(self, state: DecodeState) -> list[list[int]]:
-        """Each row's ids committed since the last call (checked first: no garbage is yielded);
-        records the latest step's width and whether every row is done."""
-        rows = self._run.batch.rows
-        widths = self._run.config.widths
-        last = state.control.last if widths else None
-        now, done, stats, last = jax.device_get((state.lengths, state.done, state.stats, last))
-        check_target(stats, range(rows))
-        if widths:
-            self.widths_taken.append(widths[int(last)])
-        tokens = np.asarray(state.tokens) if np.any(now > self._seen) else None
-        seen, self._seen, self._done = self._seen, now, bool(np.all(done))
-        return [
-            tokens[b, seen[b] : now[b]].tolist() if tokens is not None else [] for b in range(rows)
-        ]

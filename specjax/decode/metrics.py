@@ -189,6 +189,20 @@ class Metrics:
             decode_tokens_per_second=_rate(decode_tokens, decode_seconds),
         )
 
+    def at_width_zero(self, widths: tuple[int, ...], draft_len: int) -> Metrics:
+        """These autoregressive metrics as those of a generation with ``widths`` and a draft of
+        ``draft_len`` (L) whose every step took width 0 (what
+        :meth:`~specjax.decode.loop.Run.plain` runs): nothing proposed at any position."""
+        zeros = [0] * draft_len
+        return dataclasses.replace(
+            self,
+            per_position_acceptance=[0.0] * draft_len,
+            accepted_length_histogram=self.accepted_length_histogram[:1] + zeros,
+            position_accepted=zeros,
+            position_proposed=zeros,
+            width_steps={w: self.target_forwards if w == 0 else 0 for w in widths},
+        )
+
     def with_speedup(self, baseline_seconds: float) -> Metrics:
         """Adds speedup = baseline (autoregressive) time / this run's time."""
         return dataclasses.replace(self, speedup=baseline_seconds / self.seconds)

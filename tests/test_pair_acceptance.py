@@ -112,8 +112,9 @@ def test_a_program_fixes_its_prior_once_the_pairs_acceptance_is_known(models):  
 
 def test_calibrations_verdicts_count_only_once_the_generation_has_ended(models):  # noqa: F811
     """The forced drafting steps of a scratch calibration decode the generation's own prompts:
-    their verdicts reach the pair's counts after that generation, not before (its controller
-    would otherwise start from its own verdicts)."""
+    at T = 0 their verdicts reach the pair's counts after that generation, not before (its
+    controller would otherwise start from its own verdicts); at T = 1 the scratch draws with a
+    seed of its own and they count at once."""
     target, draft = models
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 3))
@@ -128,6 +129,21 @@ def test_calibrations_verdicts_count_only_once_the_generation_has_ended(models):
     run.learn(SimpleNamespace(position_accepted=step, position_proposed=step))
     np.testing.assert_array_equal(pair.reached, held)
     assert run.pending is None
+
+    # At T = 1 the scratch draws with a seed of its own (the first tokens differ from the
+    # generation's), so its verdicts are no verdicts of the generation: they count at once.
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 3))
+    run = Run.of(target, drafter, PROMPTS, cfg, 0, None, DEFAULT)
+    run.forget_calibration()
+    run.prepare()
+    pair = run.calibration().pair
+    assert run.pending is None and pair.reached[0] > 0, pair
+    own, scratch = run.decode(run.start(), 1), run.decode(run.start(scratch=True), 1)
+    rows = np.arange(len(PROMPTS))
+    firsts = [np.asarray(s.tokens)[rows, np.asarray(s.lengths) - 1] for s in (own, scratch)]
+    assert not np.array_equal(*firsts), firsts
 
 
 def test_a_batch_job_counts_each_rows_drafting_steps_once(models):  # noqa: F811

@@ -36,6 +36,12 @@ from specjax.models.pure import PureModel, as_pure
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
+SCRATCH_SEED = 0x5C7A7C
+"""Added to a generation's seed (mod 2**31) for its calibration's scratch (:meth:`Run.prepare`):
+at T > 0 the scratch's draws are independent of the generation's, so its forced drafting steps
+count towards the pair's prior at once (at T = 0 they are the generation's own verdicts: only
+after it, ``Run.pending``). BENCHMARKS.md, session 24: the README's main job had never drafted."""
+
 _NEVER = ProgramCache(256)
 """Per program and controller inputs: whether its generations never draft (:meth:`Run.plain`)."""
 
@@ -138,6 +144,8 @@ class Run:
         )
         self.compile_seconds = time.perf_counter() - start
         self.compiled = PROGRAMS.compiled - before
+        scratch_seed = np.int32((int(seed) + SCRATCH_SEED) % 2**31)
+        self.scratch_args = (*self.args[:-1], self.put_scalar(scratch_seed))
         self._steps: list = []  # steps run by each decode call not yet taken
         self._scalars, self._policies = {}, {}
         self.counted = None  # the stats up to which the pair's acceptance counted this run
@@ -146,9 +154,9 @@ class Run:
         self.remake = None  # config -> the Run of the same prompts under it (Run.of's)
         self.as_widths = None  # (widths, L) a plain() run reports its steps under
 
-    def start(self) -> DecodeState:
-        """Runs prefill."""
-        return self.prefill(*self.args)
+    def start(self, scratch: bool = False) -> DecodeState:
+        """Runs prefill (``scratch``: with the scratch seed, :data:`SCRATCH_SEED`)."""
+        return self.prefill(*(self.scratch_args if scratch else self.args))
 
     def calibration(self, create: bool = False) -> Calibration | None:
         """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
@@ -291,7 +299,10 @@ class Run:
         :attr:`compile_seconds`). Both happen once per program in a process."""
         start = time.perf_counter()
         if not self.calibrated:
-            calibration.calibrate(self, self.start(), restart=self.start)
+            scratch = lambda: self.start(scratch=True)
+            calibration.calibrate(self, scratch(), restart=scratch)
+            if not self.config.sampling.greedy:  # its own draws: no verdict of this generation
+                self._count_pending()
             self.calibration_seconds += time.perf_counter() - start
         elif self.compiled:
             jax.block_until_ready(self.decode(self.start(), 1).lengths)
@@ -300,12 +311,9 @@ class Run:
 
     def plain(self) -> Run:
         """The run to time after :meth:`prepare`: this one, or where the width controller would
-        take width 0 at every step (:func:`~specjax.decode.adaptive.never_drafts`, on settled
-        costs and prior), the autoregressive run of the same prompts (the baseline's own
-        programs, the same tokens for the same seed: a width-0 step is an autoregressive step
-        with the same keys), which reports its steps as width-0 steps. The adaptive program's
-        width-0 loop costs 1-3% more per generation than the baseline on 0.35 ms steps (its
-        larger state and first-call bookkeeping; BENCHMARKS.md, session 24)."""
+        take width 0 at every step (:func:`~specjax.decode.adaptive.never_drafts`), the
+        autoregressive run of the same prompts (the baseline's programs, the same tokens: a
+        width-0 step is an autoregressive step with the same keys), reporting width-0 steps."""
         config = self.config
         if not config.widths or self.remake is None or not self.calibrated:
             return self

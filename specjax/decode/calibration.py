@@ -264,8 +264,9 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
         if np.all(done):
             if restart is None:
                 stopped = True
-            else:
+            else:  # untimed: a fresh state's first steps are slower, a lazy draft reads the prompt
                 state, restarts, mark = restart(), restarts + 1, None
+                state = run.decode(state, 1, force=n_widths - 1)
         return seconds, taken[force] - before
 
     if not record.warm:  # untimed: a width's first run is slower (10 ms, not 2)

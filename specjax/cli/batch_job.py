@@ -18,7 +18,6 @@ from specjax.cli.job_files import (
     Item,
     ProgressLine,
     ResultsFile,
-    autoregressive_config,
     read_input,
     record,
     write_outputs,
@@ -84,7 +83,7 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
         baseline = ContinuousBatch(
             target,
             None,
-            autoregressive_config(config),
+            config.autoregressive(),
             slots=cfg.batch_size,
             seed=cfg.seed,
             mesh=mesh,

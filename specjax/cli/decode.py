@@ -20,7 +20,7 @@ from specjax import sharding
 from specjax.cli import batch_job, interrupts, peers, processes, validate
 from specjax.cli.app import ERRORS, error_line
 from specjax.cli.checks import ConfigError
-from specjax.cli.job_files import autoregressive_config, write_outputs
+from specjax.cli.job_files import write_outputs
 from specjax.decode import compile_cache, generate, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.decode.loop import Generation
@@ -261,7 +261,7 @@ def run_checked(cfg, out=sys.stdout) -> dict:
     metrics = Metrics.combine([g.metrics for g in runs])
     record = {"verifier": config.verifier, "drafter": cfg.drafter}
     if cfg.compare_autoregressive and config.speculative:
-        ar_config = autoregressive_config(config)
+        ar_config = config.autoregressive()
         ar = [
             generate(target, b, ar_config, None, cfg.seed + i, mesh, buckets)
             for i, b in enumerate(batches)

@@ -339,13 +339,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds}s"
 
 
-def autoregressive_config(config):
-    """The baseline of ``compare_autoregressive``: the same sampling and lengths, no draft."""
-    from specjax.decode.config import AUTOREGRESSIVE
-
-    return dataclasses.replace(config, verifier=AUTOREGRESSIVE, widths=(), width_costs=())
-
-
 def write_outputs(cfg, record: dict, completions: list[str], main: bool) -> None:
     """``output`` (the texts, one per line: newlines and backslashes escaped as ``\\n`` and
     ``\\\\``, so a row is a line) and ``metrics_json`` (``record``), each atomically, by

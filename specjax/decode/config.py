@@ -79,6 +79,10 @@ class DecodeConfig:
         """The controller's ``force`` input for :attr:`width_policy`."""
         return WIDTH_POLICIES[self.width_policy]
 
+    def autoregressive(self) -> DecodeConfig:
+        """The baseline of this config: the same sampling, lengths and stop tokens, no draft."""
+        return dataclasses.replace(self, verifier=AUTOREGRESSIVE, widths=(), width_costs=())
+
     @property
     def speculative(self) -> bool:
         """False for the autoregressive baseline."""

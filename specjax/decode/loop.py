@@ -24,7 +24,7 @@ from specjax import sharding
 from specjax.decode import acceptance, adaptive, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
-from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
+from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import PreparedBatch, check_seed, on_device, prepare
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, ProgramCache
@@ -144,8 +144,7 @@ class Run:
         )
         self.compile_seconds = time.perf_counter() - start
         self.compiled = PROGRAMS.compiled - before
-        scratch_seed = np.int32((int(seed) + SCRATCH_SEED) % 2**31)
-        self.scratch_args = (*self.args[:-1], self.put_scalar(scratch_seed))
+        self.seed = int(seed)
         self._steps: list = []  # steps run by each decode call not yet taken
         self._scalars, self._policies = {}, {}
         self.counted = None  # the stats up to which the pair's acceptance counted this run
@@ -156,7 +155,10 @@ class Run:
 
     def start(self, scratch: bool = False) -> DecodeState:
         """Runs prefill (``scratch``: with the scratch seed, :data:`SCRATCH_SEED`)."""
-        return self.prefill(*(self.scratch_args if scratch else self.args))
+        if not scratch:
+            return self.prefill(*self.args)
+        seed = np.int32((self.seed + SCRATCH_SEED) % 2**31)
+        return self.prefill(*self.args[:-1], self.put_scalar(seed))
 
     def calibration(self, create: bool = False) -> Calibration | None:
         """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
@@ -260,14 +262,20 @@ class Run:
         settled = ("settled", force)
         if settled in self._policies:
             return self._policies[settled]
-        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
-        key = (costs.tobytes(), prior.tobytes(), switch, catch_up, force)
+        key, host = self._host_policy(force)
         if key not in self._policies:
-            inputs = (costs, np.int32(force), prior, np.float32(switch), np.float32(catch_up))
-            self._policies[key] = widths.Policy(*map(self.put_scalar, inputs))
+            self._policies[key] = jax.tree.map(self.put_scalar, host)
         if self.calibrated:
             self._policies[settled] = self._policies[key]
         return self._policies[key]
+
+    def _host_policy(self, force: int) -> tuple[tuple, widths.Policy]:
+        """``(key, policy)``: the controller's inputs as host values, and the key they are kept
+        under (costs, prior, switch, force)."""
+        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
+        key = (costs.tobytes(), prior.tobytes(), switch, catch_up, force)
+        inputs = (costs, np.int32(force), prior, np.float32(switch), np.float32(catch_up))
+        return key, widths.Policy(*inputs)
 
     def _scalar(self, value: int):
         """``value`` as an int32 device scalar (kept: a step of a few hundred microseconds
@@ -317,22 +325,13 @@ class Run:
         config = self.config
         if not config.widths or self.remake is None or not self.calibrated:
             return self
-        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
-        policy = widths.Policy(costs, np.int32(config.force_width), prior, switch, catch_up)
-        key = (self.key, costs.tobytes(), prior.tobytes(), switch, catch_up)
-        never, _ = _NEVER.get(
-            key,
-            lambda: adaptive.never_drafts(
-                self.drafter, policy, config.widths, config.max_new_tokens
-            ),
-        )
-        if not never:
+        key, policy = self._host_policy(config.force_width)
+        steps = config.max_new_tokens  # (a generation's steps at most)
+        never = lambda: adaptive.never_drafts(self.drafter, policy, config.widths, steps)
+        if not _NEVER.get((self.key, *key), never)[0]:
             return self
-        baseline = DecodeConfig(
-            AUTOREGRESSIVE, config.sampling, config.max_new_tokens, config.stop_tokens
-        )
         self._count_pending()  # (this generation has decided its widths)
-        run = self.remake(baseline)
+        run = self.remake(config.autoregressive())
         run.prepare()
         run.as_widths = (config.widths, self.drafter.draft_len)
         run.compile_seconds += self.compile_seconds

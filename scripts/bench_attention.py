@@ -6,8 +6,9 @@ its 8-layer self-draft verified by SpecInfer), the decode program runs the same 
 from a fresh prefill, as ``generate`` runs it (the state donated), with attention over the live
 window (``specjax.models.attention``, the default), in a loop over chunks of the live length with
 an online softmax (``attention.CHUNK``, the other design), and over all S slots (the window set
-to S: what specjax computed before). Runs are interleaved; the figures are medians. Also XLA's
-``cost_analysis()`` bytes of each compiled decode program.
+to S: what specjax computed before), and (``rows``) the chunks with the cache written and read
+row by row (``specjax.models.cache.UNROLL_ROWS``). Runs are interleaved; the figures are
+medians. Also XLA's ``cost_analysis()`` bytes of each compiled decode program.
 
     python scripts/bench_attention.py --capacities=512,8192 --rounds=3 \
         --output=benchmarks/bench_attention_cpu.md
@@ -25,7 +26,7 @@ from absl import app, flags
 from specjax.decode import DecodeConfig
 from specjax.decode.seams import PROGRAMS, Run, prepare
 from specjax.drafters import ModelDrafter
-from specjax.models import attention, load_pair
+from specjax.models import attention, cache, load_pair
 from specjax.sampling import SamplingParams
 
 _CAPACITIES = flags.DEFINE_string("capacities", "512,8192", "KV-cache capacities S to compare.")
@@ -39,7 +40,8 @@ _METHODS = flags.DEFINE_string(
     "methods",
     "window,chunks,dense",
     "Attentions: window (the default: a static window chosen on device), chunks (a loop over "
-    "--chunk-slot chunks with an online softmax), dense (all S slots).",
+    "--chunk-slot chunks with an online softmax), dense (all S slots), rows (chunks, and the "
+    "cache written and read row by row: specjax.models.cache.UNROLL_ROWS).",
 )
 _CHUNK = flags.DEFINE_integer("chunk", 256, "Slots per chunk for --methods=chunks.")
 _OUTPUT = flags.DEFINE_string("output", "", "Write the Markdown report here.")
@@ -68,11 +70,12 @@ class Case:
         # each case compiles its own (a Run keeps its executables after the cache is cleared).
         PROGRAMS.clear()
         attention.MIN_WINDOW = batch.capacity if method == "dense" else DEFAULT_WINDOW
-        attention.CHUNK = _CHUNK.value if method == "chunks" else 0
+        attention.CHUNK = _CHUNK.value if method in ("chunks", "rows") else 0
+        cache.UNROLL_ROWS = len(batch.prompts) if method == "rows" else 0
         try:
             self.run = Run(target, drafter, batch, config, 0, None)
         finally:
-            attention.MIN_WINDOW, attention.CHUNK = DEFAULT_WINDOW, 0
+            attention.MIN_WINDOW, attention.CHUNK, cache.UNROLL_ROWS = DEFAULT_WINDOW, 0, 0
         PROGRAMS.clear()
         executable = self.run.decode_executable
         self.bytes = (executable.cost_analysis() or {}).get("bytes accessed", float("nan"))
@@ -124,6 +127,7 @@ def main(argv):
                     "window": "live window",
                     "chunks": f"chunks of {_CHUNK.value}",
                     "dense": f"all {case.capacity} slots",
+                    "rows": f"chunks of {_CHUNK.value}, row writes",
                 }[method]
                 rows.append(
                     [

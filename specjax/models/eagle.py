@@ -33,7 +33,7 @@ import numpy as np
 from flax import nnx
 
 from specjax.models import attention
-from specjax.models.cache import KVCache
+from specjax.models.cache import KVCache, write_slots
 from specjax.models.config import LlamaConfig
 from specjax.models.rope import apply_rope
 from specjax.typing import Array
@@ -253,10 +253,8 @@ class EagleHead(nnx.Module):
         if last is not None and (attn_mask is not None or kv_mask is not None):
             raise ValueError("EagleHead: `last` feeds a causal run of pairs; pass no mask with it")
         q, k, v = self.qkv(g, tokens, positions)
-        rows = jnp.arange(b)[:, None]
-        slots = cache.lengths[:, None] + jnp.arange(t)[None, :]
-        ks = cache.k.at[0, rows, slots].set(k.astype(cache.k.dtype), mode="drop")
-        vs = cache.v.at[0, rows, slots].set(v.astype(cache.v.dtype), mode="drop")
+        ks = write_slots(cache.k, 0, cache.lengths, k)
+        vs = write_slots(cache.v, 0, cache.lengths, v)
         seen = cache.lengths
         if last is not None:  # pair last[b] alone: the pairs before it count as committed
             pick = last.astype(jnp.int32)[:, None]  # [B, 1]

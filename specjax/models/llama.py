@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models import attention
-from specjax.models.cache import KVCache
+from specjax.models.cache import KVCache, write_slots
 from specjax.models.config import LlamaConfig
 from specjax.models.rope import apply_rope
 from specjax.typing import Array
@@ -105,12 +105,10 @@ class Attention(nnx.Module):
         q = apply_rope(q, positions, c)
         k = apply_rope(k, positions, c)
         b, t = positions.shape
-        rows = jnp.arange(b)[:, None]
-        slots = lengths[:, None] + jnp.arange(t)[None, :]  # [B, T]
         # Write straight into the stacked cache: slicing a layer out and setting it back makes
         # XLA copy the whole cache for one-token calls.
-        cache_k = cache_k.at[layer, rows, slots].set(k.astype(cache_k.dtype), mode="drop")
-        cache_v = cache_v.at[layer, rows, slots].set(v.astype(cache_v.dtype), mode="drop")
+        cache_k = write_slots(cache_k, layer, lengths, k)
+        cache_v = write_slots(cache_v, layer, lengths, v)
         g, r = c.num_kv_heads, c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, g, r, c.head_dim)  # [B, T, G, R, E]
         out = attention.attend(  # [B, T, G, R, E] over the live window of the cache

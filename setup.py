@@ -38,7 +38,7 @@ setup(
             "ipykernel>=6.29",
             "matplotlib>=3.8",
         ],
-        # Running the colab/ notebooks locally (python colab/build.py --execute, or jupyter).
+        # Running the colab/ notebooks locally (python colab/build.py, or jupyter).
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "matplotlib>=3.8"],
         # Parity tests against transformers (tests/test_peer_parity.py) and the PyTorch columns
         # of scripts/bench_model.py. Only this torch: any other version pulls CUDA packages.

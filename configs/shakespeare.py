@@ -67,9 +67,8 @@ def get_config() -> ml_collections.ConfigDict:
     # Compilation (see README "Compiling once").
     c.prompt_buckets = "64,128,256,512,1024,2048,4096"  # prompts padded up to these lengths
     c.batch_buckets = "1,2,4,8,16,32,64,128"  # batches padded up to these sizes ("" = exact)
-    c.compilation_cache = (
-        "auto"  # auto ($SPECJAX_COMPILATION_CACHE or ~/.cache/specjax/xla) | off | a dir
-    )
+    # auto ($SPECJAX_COMPILATION_CACHE, else <$SPECJAX_CACHE or ~/.cache/specjax>/xla) | off | a dir
+    c.compilation_cache = "auto"
     # Devices (see README "Sharded and multi-host decoding").
     c.mesh_shape = ""  # e.g. "2,4": a (data, model) mesh; "" = one device
     c.mesh_axes = "data,model"

@@ -14,6 +14,7 @@ compile time excluded):
   ``$SPECJAX_CACHE``, else random weights of its shape) and for the Llama-3-8B shape with random
   bf16 weights made on the device (skipped with a note when the device has too little memory);
   against the floor (weight bytes + KV bytes of the context) / copy bandwidth.
+  ``--decode_models=llama8b,smollm2_fp32`` picks and orders them (a short lease: the 8B first).
 * **verify** -- every verifier of ``specjax.verify`` (greedy, token, block on chains; specinfer
   with and without replacement, spectr, gbv on K = 4 paths) at V = 128256, L = 4, B = 1, 8, 64;
   as a ratio to the time of reading their inputs once at the copy bandwidth.
@@ -68,6 +69,12 @@ _TEMPS = flags.DEFINE_list(
     "temperatures", [], "The speculative section's temperatures, overriding its 0 and 1."
 )
 _HEAD = flags.DEFINE_string("head", "checkpoints/smollm2_eagle", "The learned draft head.")
+_DECODE_MODELS = flags.DEFINE_list(
+    "decode_models",
+    list(accelerator.DECODE_MODELS),
+    "The decode section's models, in this order (e.g. llama8b first in a short lease), of "
+    f"{list(accelerator.DECODE_MODELS)}.",
+)
 
 QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
 """--quick only: XLA's LLVM backend without optimisation (its numbers are not timings)."""
@@ -103,10 +110,17 @@ def main(argv):
         raise app.UsageError(
             f"unknown --sections {unknown}; choose of {list(accelerator.SECTIONS)}"
         )
+    bad = sorted(set(_DECODE_MODELS.value) - set(accelerator.DECODE_MODELS))
+    if bad or not _DECODE_MODELS.value:
+        raise app.UsageError(
+            f"--decode_models wants some of {list(accelerator.DECODE_MODELS)}, got {bad or '[]'}"
+        )
     if _QUICK.value:  # before JAX starts its backends: compiles 2-4x faster, runs slower
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK_XLA_FLAGS}".strip()
     sizes = accelerator.QUICK if _QUICK.value else accelerator.FULL
-    sizes = dataclasses.replace(sizes, budgets=budgets(sizes))
+    sizes = dataclasses.replace(
+        sizes, budgets=budgets(sizes), decode_models=tuple(_DECODE_MODELS.value)
+    )
     if _TEMPS.value:
         sizes = dataclasses.replace(sizes, temperatures=temperatures(_TEMPS.value))
     device = jax.devices()[0]

@@ -3,6 +3,7 @@ the CPU, about 40 s), and the Markdown and JSON reports hold all of them without
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 import benchlib
-from benchlib.accelerator import SECTIONS
+from benchlib.accelerator import QUICK, SECTIONS
+from benchlib.accelerator.kernels import decode_models
+from benchlib.accelerator.shared import Bench
 
 import specjax
 
@@ -62,3 +65,10 @@ def test_quick_run_writes_every_section(tmp_path):
     for title in SECTIONS.values():
         assert f"## {title}" in text
     assert "**error**" not in text and "--quick" in text
+
+
+def test_decode_models_picks_and_orders_the_decode_sections_models():
+    """``--decode_models``: a short lease measures the Llama-3-8B shape first."""
+    sizes = dataclasses.replace(QUICK, decode_models=("llama8b", "smollm2_fp32"))
+    labels = [label for label, _, _ in decode_models(Bench(sizes, None, ""))]
+    assert labels == ["Llama-3-8B shape bf16 (tiny stand-in)", "SmolLM2-135M fp32"]

@@ -23,9 +23,10 @@ from benchlib.accelerator.kernels import (
 )
 from benchlib.accelerator.report import Report, Section, log
 from benchlib.accelerator.shared import Bench, cached_smollm2
-from benchlib.accelerator.sizes import FULL, QUICK, SECTIONS, Sizes
+from benchlib.accelerator.sizes import DECODE_MODELS, FULL, QUICK, SECTIONS, Sizes
 
 __all__ = [
+    "DECODE_MODELS",
     "FULL",
     "QUICK",
     "RUNNERS",

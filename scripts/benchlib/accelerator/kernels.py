@@ -129,11 +129,12 @@ def decode_models(bench: Bench) -> list[tuple[str, LlamaConfig | None, Callable[
 
     big = tiny_llama8b() if sizes.quick else config.llama3_8b(max_seq_len=sizes.capacity)
     label = "Llama-3-8B shape bf16" + (" (tiny stand-in)" if sizes.quick else "")
-    return [
-        ("SmolLM2-135M fp32", None, lambda: smollm2("float32")),
-        ("SmolLM2-135M bf16", None, lambda: smollm2("bfloat16")),
-        (label, big, lambda: (random_model(big), "random weights made on the device")),
-    ]
+    models = {
+        "smollm2_fp32": ("SmolLM2-135M fp32", None, lambda: smollm2("float32")),
+        "smollm2_bf16": ("SmolLM2-135M bf16", None, lambda: smollm2("bfloat16")),
+        "llama8b": (label, big, lambda: (random_model(big), "random weights made on the device")),
+    }
+    return [models[name] for name in sizes.decode_models]
 
 
 def step_bytes(model: PureModel, batch: int, slots: int) -> tuple[int, int]:

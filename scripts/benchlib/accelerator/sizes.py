@@ -12,6 +12,10 @@ from benchlib.chat_prompts import CHATS
 GIB = 1 << 30
 
 
+DECODE_MODELS = ("smollm2_fp32", "smollm2_bf16", "llama8b")
+"""The decode section's models: SmolLM2-135M in fp32 and bf16, the Llama-3-8B shape in bf16."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Sizes:
     """What one run measures.
@@ -34,6 +38,7 @@ class Sizes:
       warmup, repeats: untimed then timed calls of a kernel (median); gen_repeats,
         ssd_repeats: timed generations per configuration after one warm-up.
       budgets: seconds per section (items that would start later are skipped with a note).
+      decode_models: the decode section's models, in order (of :data:`DECODE_MODELS`).
     """
 
     quick: bool
@@ -61,6 +66,7 @@ class Sizes:
     gen_repeats: int
     ssd_repeats: int
     budgets: dict[str, float]
+    decode_models: tuple[str, ...] = DECODE_MODELS
 
 
 FULL = Sizes(

@@ -37,6 +37,8 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "matplotlib>=3.8",
+            # tests/test_chat_template.py renders chat templates through jinja2 too.
+            "jinja2>=3.1",
         ],
         # Running the colab/ notebooks locally (python colab/build.py, or jupyter).
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "matplotlib>=3.8"],

@@ -1,8 +1,9 @@
 """The colab/ notebooks: built from their sources, public API only, and they run top to bottom.
 
 Each run executes an in-memory copy of the committed notebook (never rewriting it) with nbclient
-in a fresh ``python3`` kernel, cwd the repository root, and fails on any cell error. The
-quickstart runs in the default tier; all five run in the slow tier. nbclient, nbformat and
+in a fresh ``python3`` kernel, cwd the repository root, and fails on any cell error. The default
+tier checks the committed notebooks without running them (sources, public API, outputs); the
+slow tier runs all five, the quickstart with checks of its own. nbclient, nbformat and
 ipykernel come with the ``dev`` extra: a missing one fails this module instead of skipping it.
 """
 
@@ -133,8 +134,8 @@ CHECKS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_every_notebook_runs_in_under_five_minutes(name):
+@pytest.mark.parametrize("name", [n for n in NOTEBOOKS if n != "01_quickstart"])
+def test_every_other_notebook_runs_in_under_five_minutes(name):
     nb, seconds = run(name)
     text = text_of(nb)
     for expected in CHECKS.get(name, []):

@@ -183,7 +183,7 @@ def test_temperature_zero_reduces_to_greedy(seed):
     key = jax.random.key(seed)
     # Chain verifiers against the chain greedy rule, with sampled and with one-hot drafts.
     want = as_tuple(jitted("greedy")(key, d.tokens[:, 0], d.draft_probs[:, 0], p[:, 0]))
-    assert 0 < want[0].min() or want[0].max() > 0  # the cases exercise several accept lengths
+    assert len(set(np.asarray(want[0]).tolist())) > 1  # the cases exercise several accept lengths
     onehot_q = jax.nn.one_hot(d.tokens[:, 0], v)
     for name in ["token", "block"]:
         for q in (d.draft_probs[:, 0], onehot_q):

@@ -19,7 +19,9 @@ import pytest
 
 from specjax import config_files
 from specjax.cli import decode as runner
+from specjax.cli import validate
 from specjax.cli.app import error_line
+from specjax.cli.checks import ConfigError
 from specjax.cli.job_files import ResultsFile, format_progress, read_input
 from specjax.decode import compile_cache, generate
 from specjax.decode.batch_counts import Progress
@@ -342,3 +344,29 @@ def test_a_failed_output_write_keeps_the_others_and_rows_stay_lines(tmp_path, mo
     line = error_line(err.value)
     assert "output" in line and "No space left" in line and "metrics_json" in line
     assert (tmp_path / "m.json").exists()
+
+
+def test_the_input_is_checked_before_any_model_loads(tmp_path):
+    cfg = job_config(tmp_path, 0.0, count=3)
+    Path(cfg.input).write_text('{"id": 1, "prompt": "a"}\n{"id": 2, oops\n')
+    with pytest.raises(ConfigError, match=r"input .* line 2 is not JSON"):
+        validate.check_decode(cfg)
+    cfg.input, cfg.prompts_file = "", str(tmp_path / "empty.txt")
+    Path(cfg.prompts_file).write_text("\n\n")
+    with pytest.raises(ConfigError, match=r"prompts_file .* has no prompts"):
+        validate.check_decode(cfg)
+
+
+def test_a_job_whose_every_prompt_fails_is_an_error_and_resume_runs_them_again(tmp_path):
+    cfg = job_config(tmp_path, 0.0, count=2)
+    cfg.results, cfg.max_new_tokens = str(tmp_path / "r.jsonl"), 5000  # past max_seq_len
+    with pytest.raises(ValueError, match=r"every prompt of the batch job failed .*resume=True"):
+        runner.run(cfg, out=io.StringIO())
+    assert {r["finish_reason"] for r in records(Path(cfg.results)).values()} == {"error"}
+    cfg.max_new_tokens, cfg.resume = 24, True
+    record = runner.run(cfg, out=io.StringIO())
+    assert record["errors"] == 0 and record["skipped"] == 0
+    lines = [json.loads(line) for line in Path(cfg.results).read_text().splitlines()]
+    assert [r["finish_reason"] for r in lines[:2]] == ["error", "error"]
+    assert {r["finish_reason"] for r in lines[2:]} <= {"stop", "length"} and len(lines) == 4
+    assert ResultsFile(cfg.results, resume=True, write=False).finished("p0")  # the last counts

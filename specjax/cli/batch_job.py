@@ -36,9 +36,10 @@ def is_batch_job(cfg) -> bool:
 def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: bool) -> dict:
     """Runs the batch job of ``cfg``; prints the summary and metrics; returns the metrics
     record (as ``specjax.cli.decode.run`` does)."""
-    items = read_input(cfg.input or cfg.prompts_file, tokenizer, cfg.chat)
+    key = "input" if cfg.input else "prompts_file"
+    items = read_input(cfg[key], tokenizer, cfg.chat, key)
     results = ResultsFile(cfg.results, cfg.resume, write=main) if cfg.results else None
-    skip = np.asarray([results is not None and results.has(i.id) for i in items])
+    skip = np.asarray([results is not None and results.finished(i.id) for i in items])
     skip = processes.agree(skip)  # process 0 read the file: every process skips alike
     todo = [(k, item) for k, item in enumerate(items) if not skip[k]]
 
@@ -54,6 +55,7 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
     progress_line = ProgressLine(cfg.progress if main else "off")
     texts: dict[int, str] = {}  # by position in the input
     tokens: dict[int, list[int]] = {}
+    failures: list[str] = []  # this run's error completions
     if results is not None and main:
         interrupts.SAVED[:] = [
             lambda: (
@@ -65,6 +67,8 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
         for k, completion in _completions(engine, todo, progress_line):
             text = tokenizer.decode(completion.token_ids)
             texts[k], tokens[k] = text, completion.token_ids
+            if completion.finish_reason == "error":
+                failures.append(f"{items[k].id!r}: {completion.error}")
             if results is not None:
                 results.append(record(completion, text))
     except KeyboardInterrupt as err:
@@ -128,6 +132,13 @@ def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: b
         text=completions,
     )
     write_outputs(cfg, summary, completions, main)
+    if todo and len(failures) == len(todo):  # nothing decoded: the run failed
+        kept = f"; their error records are in {cfg.results}" if cfg.results else ""
+        raise ValueError(
+            f"every prompt of the batch job failed ({len(failures)}; the first, "
+            f"{failures[0]}){kept}; fix the cause and run again"
+            + (" with resume=True (prompts with an error record run again)" if kept else "")
+        )
     return summary
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specjax.cli.checks import ConfigError, choice, readable_file
+from specjax.cli.job_files import ResultsFile, parse_input
 
 OUTPUTS = ("output", "metrics_json", "results")
 """The decode CLI's output files."""
@@ -40,6 +41,17 @@ def batch_job(cfg) -> None:
             f"results {cfg.results} already holds records; set resume=True to skip the prompts "
             "it has and append the rest, or give another path"
         )
+    # The files themselves, before any model loads: the input's lines (not yet tokenized) and,
+    # on resume, the records (read only: a torn last line is cut when the job starts).
+    try:
+        if job and not fixed:
+            key = "input" if cfg.input else "prompts_file"
+            readable_file(cfg[key], key)
+            parse_input(cfg[key], key)
+        if results is not None and cfg.resume and results.is_file():
+            ResultsFile(results, resume=True, write=False)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if job and cfg.stream and not fixed:
         raise ConfigError(
             "stream=True prints one prompt as it is decoded; a batch job (input or "

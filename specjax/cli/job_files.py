@@ -62,48 +62,73 @@ def is_jsonl(path: Path) -> bool:
     return False
 
 
-def read_input(path: str | Path, tokenizer, chat: bool) -> list[Item]:
-    """The prompts of ``path``, encoded; a bad line's problem is one ``ValueError`` naming the
-    line when it leaves no id to report, else an :class:`Item` with its ``error``.
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One prompt of the input as written, before tokenizing: its ``id``, and its ``text`` or
+    ``messages``, or the ``error`` that keeps it from running."""
 
-    Args:
-      path: the input file (JSONL or one prompt per line).
-      tokenizer: the target's tokenizer.
-      chat: wrap ``"prompt"`` texts in the chat template as a user turn.
-    """
+    id: Any
+    text: str | None = None
+    messages: list | None = None
+    error: str = ""
+
+
+def parse_input(path: str | Path, key: str = "input") -> list[Line]:
+    """The prompts of ``path`` (JSONL or one prompt per line), not yet tokenized; a problem
+    with the file itself (not UTF-8, a line that is not JSON or has no usable id, sampling keys
+    per prompt, no prompts, a repeated id) is one ``ValueError`` naming ``key`` and the line. A
+    prompt that cannot run (no ``prompt`` or ``messages``, the wrong types) becomes a
+    :class:`Line` with its ``error``: the job reports it and goes on. Cheap: the CLI's checks
+    read the file with it before loading any model."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:
         raise ValueError(
-            f"input {path} is not UTF-8 text ({err.reason}); give a text file"
+            f"{key} {path} is not UTF-8 text ({err.reason}); give a text file"
         ) from None
-    items: list[Item] = []
-    if not is_jsonl(path):
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                text = line.replace("\\n", "\n")
-                items.append(_encoded(number, text, None, tokenizer, chat))
-    else:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                items.append(_jsonl_item(path, number, line, tokenizer, chat))
-    if not items:
-        raise ValueError(f"input {path} has no prompts")
+    out: list[Line] = []
+    jsonl = is_jsonl(path)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if jsonl:
+            out.append(_jsonl_line(f"{key} {path} line {number}", line))
+        else:
+            out.append(Line(number, text=line.replace("\\n", "\n")))
+    if not out:
+        raise ValueError(f"{key} {path} has no prompts")
     seen: dict = {}
-    for item in items:
-        key = json.dumps(item.id, sort_keys=True)
-        if key in seen:
+    for item in out:
+        rid = json.dumps(item.id, sort_keys=True)
+        if rid in seen:
             raise ValueError(
-                f"input {path}: id {item.id!r} appears more than once (items {seen[key]} and "
+                f"{key} {path}: id {item.id!r} appears more than once (items {seen[rid]} and "
                 f"{len(seen) + 1}); give every prompt its own id"
             )
-        seen[key] = len(seen) + 1
-    return items
+        seen[rid] = len(seen) + 1
+    return out
 
 
-def _jsonl_item(path: Path, number: int, line: str, tokenizer, chat: bool) -> Item:
-    where = f"input {path} line {number}"
+def read_input(path: str | Path, tokenizer, chat: bool, key: str = "input") -> list[Item]:
+    """The prompts of ``path`` (:func:`parse_input`), encoded: a prompt that cannot run (bad
+    fields, a chat without a template, no tokens) is an :class:`Item` with its ``error``.
+
+    Args:
+      path: the input file (JSONL or one prompt per line).
+      tokenizer: the target's tokenizer.
+      chat: wrap ``"prompt"`` texts in the chat template as a user turn.
+      key: the config key that named the file (``input`` or ``prompts_file``), for errors.
+    """
+    return [
+        Item(line.id, "", None, line.error)
+        if line.error
+        else _encoded(line.id, line.text, line.messages, tokenizer, chat)
+        for line in parse_input(path, key)
+    ]
+
+
+def _jsonl_line(where: str, line: str) -> Line:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
@@ -123,13 +148,13 @@ def _jsonl_item(path: Path, number: int, line: str, tokenizer, chat: bool) -> It
         )
     has_prompt, has_messages = "prompt" in obj, "messages" in obj
     if has_prompt == has_messages:
-        return Item(rid, "", None, 'give exactly one of "prompt" (text) or "messages" (a chat)')
+        return Line(rid, error='give exactly one of "prompt" (text) or "messages" (a chat)')
     if has_prompt:
         if not isinstance(obj["prompt"], str):
-            return Item(
-                rid, "", None, '"prompt" must be a string (a list of messages goes in "messages")'
+            return Line(
+                rid, error='"prompt" must be a string (a list of messages goes in "messages")'
             )
-        return _encoded(rid, obj["prompt"], None, tokenizer, chat)
+        return Line(rid, text=obj["prompt"])
     messages = obj["messages"]
     ok = (
         isinstance(messages, list)
@@ -142,10 +167,9 @@ def _jsonl_item(path: Path, number: int, line: str, tokenizer, chat: bool) -> It
         )
     )
     if not ok:
-        return Item(
-            rid, "", None, '"messages" must be a non-empty list of {"role": ..., "content": ...}'
-        )
-    return _encoded(rid, None, messages, tokenizer, chat)
+        problem = '"messages" must be a non-empty list of {"role": ..., "content": ...}'
+        return Line(rid, error=problem)
+    return Line(rid, messages=messages)
 
 
 def _encoded(rid, text: str | None, messages, tokenizer, chat: bool) -> Item:
@@ -217,6 +241,11 @@ class ResultsFile:
     def has(self, rid) -> bool:
         """Whether a record of id ``rid`` is in the file."""
         return json.dumps(rid, sort_keys=True) in self.records
+
+    def finished(self, rid) -> bool:
+        """Whether id ``rid`` has a record that is not an ``error`` (an error's prompt runs
+        again on resume: a fixed config may decode it; the last record of an id counts)."""
+        return self.has(rid) and self.get(rid).get("finish_reason") != "error"
 
     def get(self, rid) -> dict:
         """The record of id ``rid``."""

@@ -22,7 +22,8 @@ from specjax.cli import decode as runner
 from specjax.cli import validate
 from specjax.cli.app import error_line
 from specjax.cli.checks import ConfigError
-from specjax.cli.job_files import ResultsFile, format_progress, read_input
+from specjax.cli.job_files import ResultsFile, format_progress
+from specjax.cli.job_input import read_input
 from specjax.decode import compile_cache, generate
 from specjax.decode.batch_counts import Progress
 from specjax.decode.batching import ContinuousBatch, Request

@@ -14,14 +14,8 @@ import dataclasses
 import numpy as np
 
 from specjax.cli import interrupts, processes
-from specjax.cli.job_files import (
-    Item,
-    ProgressLine,
-    ResultsFile,
-    read_input,
-    record,
-    write_outputs,
-)
+from specjax.cli.job_files import ProgressLine, ResultsFile, record, write_outputs
+from specjax.cli.job_input import Item, read_input
 from specjax.decode.batching import ContinuousBatch, Request
 
 

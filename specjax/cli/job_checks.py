@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specjax.cli.checks import ConfigError, choice, readable_file
-from specjax.cli.job_files import ResultsFile, parse_input
+from specjax.cli.job_files import ResultsFile
+from specjax.cli.job_input import parse_input
 
 OUTPUTS = ("output", "metrics_json", "results")
 """The decode CLI's output files."""

@@ -360,7 +360,9 @@ def test_the_input_is_checked_before_any_model_loads(tmp_path):
 
 def test_a_job_whose_every_prompt_fails_is_an_error_and_resume_runs_them_again(tmp_path):
     cfg = job_config(tmp_path, 0.0, count=2)
-    cfg.results, cfg.max_new_tokens = str(tmp_path / "r.jsonl"), 5000  # past max_seq_len
+    lines = [json.dumps({"id": f"p{i}", "prompt": "x" * 100}) for i in range(2)]
+    Path(cfg.input).write_text("\n".join(lines) + "\n")
+    cfg.results, cfg.max_new_tokens = str(tmp_path / "r.jsonl"), 1000  # 100 + 1000 > 1024
     with pytest.raises(ValueError, match=r"every prompt of the batch job failed .*resume=True"):
         runner.run(cfg, out=io.StringIO())
     assert {r["finish_reason"] for r in records(Path(cfg.results)).values()} == {"error"}

@@ -101,6 +101,9 @@ def one_error_line(fn, cfg) -> str:
         (dict(widths="0,4", mode="ssd"), "keep one width"),
         (dict(widths="0,4", width_costs="1"), "one positive cost per width of (0, 4)"),
         (dict(width_costs="1,-2"), "one positive cost per width"),
+        # Told by the sources' configs before they load:
+        (dict(max_new_tokens=5000), "exceed the target's max_seq_len 1024; lower max_new_tokens"),
+        (dict(drafter="self", draft_layers=2), "draft_layers must be in [1, 1]"),
     ],
 )
 def test_decode_bad_input(overrides, message):

@@ -124,7 +124,7 @@ LIBRARY_OUTSIDE = [
     (dict(drafter="self", draft_layers=2), "draft_layers must be in [1, 1] (the target has 2"),
     (
         dict(verifier="spectr", num_paths=16, num_speculative_tokens=64),
-        "leaves no room in the model's max_seq_len 1024; lower num_paths",
+        "leaves no room in the target's max_seq_len 1024; lower num_paths",
     ),
 ]
 
@@ -277,3 +277,16 @@ def test_library_width_costs_are_positive_and_finite():
         with pytest.raises(ValueError, match="positive, finite cost per width"):
             DecodeConfig("block", widths=(0, 4), width_costs=costs)
     DecodeConfig("block", widths=(0, 4), width_costs=(1.0, 1e-30))
+
+
+def test_a_draft_tree_with_no_room_is_refused_by_the_library():
+    """The library's own bound (sources whose configs are read only when loaded: GGUF)."""
+    from specjax.decode import DecodeConfig
+    from specjax.drafters import ModelDrafter
+    from specjax.sampling import SamplingParams
+    from specjax.testing import pair
+
+    target, draft = pair(48)  # max_seq_len 256
+    drafter = ModelDrafter(draft, num_paths=16, draft_len=16, sampling=SamplingParams(0.0))
+    with pytest.raises(ValueError, match="leaves no room in the model's max_seq_len 256"):
+        prepare(target, drafter, [[1, 2]], DecodeConfig("specinfer", SamplingParams(0.0), 8))

@@ -109,28 +109,84 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
             )
 
 
-def source_vocab(path: str) -> int | None:
-    """The vocabulary size of a model source, read without loading it: ``random:<seed>``, a
-    specjax checkpoint (its config) or a Hugging Face directory (its ``config.json``); None
-    where only a load would tell (GGUF files, ``smollm2``) or the source is not valid."""
+HF_FIELDS = {
+    "vocab_size": "vocab_size",
+    "max_seq_len": "max_position_embeddings",
+    "num_layers": "num_hidden_layers",
+}
+"""Fields of :func:`source_fields`, by their name in a Hugging Face ``config.json``."""
+
+
+def source_fields(path: str) -> dict[str, int]:
+    """``vocab_size``, ``max_seq_len`` and ``num_layers`` of a model source, read without
+    loading it: ``random:<seed>``, a specjax checkpoint (its config) or a Hugging Face directory
+    (its ``config.json``); the fields only a load would tell (GGUF files, ``smollm2``, a source
+    that is not valid) are missing."""
     import json
 
-    if path.startswith("random:"):
-        from specjax.models.random import RANDOM_VOCAB
-
-        return RANDOM_VOCAB
-    where = Path(path).expanduser()
     try:
         from specjax.models import checkpoint
 
-        if checkpoint.is_checkpoint(where):
-            return checkpoint.read_config(where).vocab_size
-        if (where / "config.json").is_file():
-            vocab = json.loads((where / "config.json").read_text()).get("vocab_size")
-            return vocab if isinstance(vocab, int) and vocab > 0 else None
+        if path.startswith("random:"):
+            from specjax.models.random import random_config
+
+            c = random_config(0)
+        elif checkpoint.is_checkpoint(where := Path(path).expanduser()):
+            c = checkpoint.read_config(where)
+        elif (where / "config.json").is_file():
+            raw = json.loads((where / "config.json").read_text())
+            out = {k: raw.get(hf) for k, hf in HF_FIELDS.items()}
+            return {k: v for k, v in out.items() if isinstance(v, int) and v > 0}
+        else:
+            return {}
     except (OSError, ValueError):
-        return None
-    return None
+        return {}
+    return {k: getattr(c, k) for k in HF_FIELDS}
+
+
+def draft_layers(value: int, layers: int) -> None:
+    """A self-draft's ``draft_layers``: at least one layer, fewer than the target's ``layers``."""
+    if not 1 <= value < layers:
+        raise ConfigError(
+            f"draft_layers must be in [1, {layers - 1}] (the target has {layers} layers), "
+            f"got {value}"
+        )
+
+
+def source_limits(cfg, drafter: str, tree: int) -> None:
+    """What the model sources' configs tell before they load (:func:`source_fields`): a
+    self-draft's ``draft_layers`` against the target's layers, and ``max_new_tokens`` with a
+    one-token prompt and ``tree`` positions of draft tree against the smallest ``max_seq_len``
+    (the exact bound, with the prompts, comes once they are encoded)."""
+    target = source_fields(cfg.target)
+    limits = {"target": target.get("max_seq_len")}
+    if drafter == "self" and "num_layers" in target:
+        draft_layers(cfg.draft_layers, target["num_layers"])
+    if drafter == "model":
+        limits["draft"] = source_fields(cfg.draft).get("max_seq_len")
+    known = {k: v for k, v in limits.items() if v}
+    if not known:
+        return
+    which = min(known, key=known.get)
+    limit = known[which]
+    if tree + 2 > limit:  # even a one-token prompt and one new token would not fit
+        raise ConfigError(
+            f"the draft tree (num_paths x num_speculative_tokens + 2 = {tree} positions) leaves "
+            f"no room in the {which}'s max_seq_len {limit}; lower num_paths or "
+            "num_speculative_tokens"
+        )
+    if 1 + cfg.max_new_tokens + tree > limit:
+        raise ConfigError(
+            f"max_new_tokens ({cfg.max_new_tokens}) + draft tree ({tree}) + a one-token prompt "
+            f"exceed the {which}'s max_seq_len {limit}; lower max_new_tokens (at most "
+            f"{limit - tree - 1})"
+        )
+
+
+def source_vocab(path: str) -> int | None:
+    """The vocabulary size of a model source, read without loading it (:func:`source_fields`);
+    None where only a load would tell."""
+    return source_fields(path).get("vocab_size")
 
 
 def seed(cfg, headroom: int = 0) -> int:

@@ -17,9 +17,8 @@ import traceback
 from pathlib import Path
 
 from specjax import sharding
-from specjax.cli import batch_job, interrupts, peers, processes, validate
+from specjax.cli import batch_job, checks, interrupts, peers, processes, validate
 from specjax.cli.app import ERRORS, error_line
-from specjax.cli.checks import ConfigError
 from specjax.cli.job_files import write_outputs
 from specjax.decode import compile_cache, generate, submesh
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
@@ -144,12 +143,7 @@ def build(cfg, mesh=None, draft_mesh=None):
         )
     elif cfg.drafter in ("model", "self"):
         if cfg.drafter == "self":
-            layers = target_module.config.num_layers
-            if not 1 <= cfg.draft_layers < layers:
-                raise ConfigError(
-                    f"draft_layers must be in [1, {layers - 1}] (the target has {layers} "
-                    f"layers), got {cfg.draft_layers}"
-                )
+            checks.draft_layers(cfg.draft_layers, target_module.config.num_layers)
             draft_module = truncated(target_module, cfg.draft_layers)
         else:
             replicated = cfg.draft_placement == "replicated"

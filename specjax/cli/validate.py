@@ -19,6 +19,7 @@ from specjax.cli.checks import (
     number,
     readable_file,
     seed,
+    source_limits,
     source_vocab,
     writable_dir,
     writable_file,
@@ -74,6 +75,8 @@ def check_decode(cfg) -> None:
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
+    tree = k_paths * cfg.num_speculative_tokens if config.speculative and cfg.mode != "ssd" else 0
+    source_limits(cfg, drafter, tree + 2)  # prepare()'s draft tree: K L + the root + one spare
     if cfg.top_paths and drafter != "eagle":
         raise ConfigError(
             f"top_paths branches a feature head's draft; drafter={drafter} has none: set "

@@ -12,9 +12,9 @@ RANDOM_VOCAB = 256
 """V of :func:`random_model` (byte-level), the vocabulary of a ``random:<seed>`` source."""
 
 
-def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
-    """A tiny random byte-level Llama, seeded by ``seed``: the ``tiny`` preset widened to
-    V = 256, D = 64, 8 query over 4 KV heads, F = 128 and S = 1024."""
+def random_config(seed: int, num_layers: int = 2, **overrides) -> config.LlamaConfig:
+    """The config of :func:`random_model`: the ``tiny`` preset widened to V = 256, D = 64, 8
+    query over 4 KV heads, F = 128 and S = 1024."""
     fields = dict(
         vocab_size=RANDOM_VOCAB,
         dim=64,
@@ -25,4 +25,9 @@ def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
         num_layers=num_layers,
         name=f"random-{seed}",
     )
-    return Llama(config.tiny(**{**fields, **overrides}), rngs=nnx.Rngs(seed))
+    return config.tiny(**{**fields, **overrides})
+
+
+def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
+    """A tiny random byte-level Llama, seeded by ``seed`` (:func:`random_config`)."""
+    return Llama(random_config(seed, num_layers, **overrides), rngs=nnx.Rngs(seed))

@@ -77,7 +77,7 @@ CHECKS_OUTSIDE = [
     (dict(temperature=-5e-324), "temperature must be >= 0.0, got -5e-324"),
     (dict(temperature=float("inf")), "temperature must be a finite number"),
     (dict(top_p=2.0**-127), "top_p must be in [1.1754943508222875e-38, 1.0], got 5.87"),
-    (dict(top_p=0.0), "top_p must be in [1.1754943508222875e-38, 1.0], got 0.0"),
+    (dict(top_p=0.0), "top_p must be in (0, 1] (1 keeps every token), got 0.0"),
     (dict(top_p=1.0000000000000002), "top_p must be in [1.1754943508222875e-38, 1.0]"),
     (dict(top_k=-1), "top_k must be >= 0, got -1"),
     (dict(num_speculative_tokens=0), "num_speculative_tokens must be in [1, 64], got 0"),

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+F32_TINY, F32_MAX = 2.0**-126, 3.4028234663852886e38  # float32's normal range: smaller is 0
+
 
 class ConfigError(ValueError):
     """A config value that cannot work; the message names the key and the fix."""
@@ -48,7 +50,8 @@ def choice(cfg, key: str, choices: Iterable[str]) -> str:
     """``cfg[key]``, one of ``choices``."""
     choices = tuple(choices)
     if cfg[key] not in choices:
-        raise ConfigError(f"unknown {key} {cfg[key]!r}; choose one of {', '.join(choices)}")
+        names = ", ".join(c if c else '"" (the default)' for c in choices)
+        raise ConfigError(f"unknown {key} {cfg[key]!r}; choose one of {names}")
     return cfg[key]
 
 
@@ -83,6 +86,7 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
     """``path`` names a model: ``random:<seed>``, ``smollm2``, or a checkpoint, GGUF file or
     Hugging Face directory that exists (a specjax checkpoint's config is read and checked)."""
     from specjax.models import checkpoint  # only when a path is given
+    from specjax.models.pretrained import detect_format
 
     if path.startswith("random:"):
         seed = path.split(":", 1)[1]
@@ -97,6 +101,10 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
             f"{key} {path!r} not found; give a specjax checkpoint directory, a .gguf file, a "
             "Hugging Face directory, 'smollm2' or 'random:<seed>'"
         )
+    try:
+        detect_format(where)
+    except ValueError as err:
+        raise ConfigError(f"{key}: {err}") from None
     if checkpoint.is_checkpoint(where):
         try:
             checkpoint.read_config(where)

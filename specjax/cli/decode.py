@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 from specjax import sharding
-from specjax.cli import batch_job, checks, interrupts, peers, processes, validate
+from specjax.cli import batch_job, checks, interrupts, peers, processes, validate, width_keys
 from specjax.cli.app import ERRORS, error_line
 from specjax.cli.job_files import write_outputs
 from specjax.decode import compile_cache, generate, submesh
@@ -126,7 +126,7 @@ def build(cfg, mesh=None, draft_mesh=None):
             f"stop_tokens {outside} are outside the vocabulary [0, {vocab}); they could never "
             "stop a row: give ids the tokenizer produces"
         )
-    widths, costs = validate.widths(cfg), validate.width_costs(cfg)
+    widths, costs = width_keys.widths(cfg), width_keys.width_costs(cfg)
     config = DecodeConfig(
         verifier, sampling, cfg.max_new_tokens, stop, widths=widths, width_costs=costs
     )

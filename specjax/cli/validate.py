@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specjax.cli import job_checks
 from specjax.cli.checks import (
+    F32_TINY,
     ConfigError,
     choice,
     distinct_paths,
@@ -24,6 +25,7 @@ from specjax.cli.checks import (
     writable_dir,
     writable_file,
 )
+from specjax.cli.width_keys import width_costs, widths
 
 DRAFTERS = ("model", "ngram", "self", "eagle", "none")
 PLACEMENTS = ("replicated", "sharded", "submesh")
@@ -32,7 +34,6 @@ DATA_SOURCES = ("corpus", "target_samples")
 MODES = ("sd", "ssd")
 SSD_DEVICES = ("", "next", "cpu")
 SEED_HEADROOM = 2**20  # the decode CLI decodes batch i with seed + i
-F32_TINY, F32_MAX = 2.0**-126, 3.4028234663852886e38  # float32's normal range: smaller is 0
 
 
 def check_decode(cfg) -> None:
@@ -55,13 +56,18 @@ def check_decode(cfg) -> None:
     integer(cfg, "batch_size", 1)
     integer(cfg, "top_k", 0)
     number(cfg, "temperature", 0.0)
+    if isinstance(cfg.top_p, (int, float)) and not isinstance(cfg.top_p, bool) and cfg.top_p <= 0:
+        raise ConfigError(f"top_p must be in (0, 1] (1 keeps every token), got {cfg.top_p}")
     number(cfg, "top_p", F32_TINY, 1.0)  # a smaller top_p kept every token
     seed(cfg, headroom=SEED_HEADROOM)
     vocab = source_vocab(cfg.target) or 2**63  # unknown: bounded once the target is loaded
     for i, token in enumerate(cfg.stop_tokens):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab:
             what = f"in [0, {vocab})" if vocab < 2**63 else "(an integer >= 0)"
-            raise ConfigError(f"stop_tokens[{i}] must be a token id {what}: {token!r}")
+            raise ConfigError(
+                f"stop_tokens[{i}] must be a token id {what}: {token!r} (no stop tokens: "
+                "stop_tokens='()')"
+            )
     verifier = AUTOREGRESSIVE if drafter == "none" else cfg.verifier
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     config = DecodeConfig(
@@ -132,66 +138,6 @@ def head_source(path: str) -> None:
                 f"draft {path!r} is not a feature draft head (no {name}); train one with "
                 "scripts/train_draft_head.py"
             )
-
-
-def widths(cfg) -> tuple[int, ...]:
-    """``DecodeConfig.widths`` of the ``widths`` key: ``auto`` (0 and L: a one-token step when
-    drafts do not pay; not for SSD or a draft on its own devices, which keep L), ``fixed`` (always
-    L) or comma-separated draft lengths, e.g. ``0,2,6``."""
-    from specjax.decode.widths import check_widths
-
-    text = str(cfg.widths).strip()
-    l_len = cfg.num_speculative_tokens
-    special = cfg.drafter == "none" or cfg.mode == "ssd" or cfg.draft_placement == "submesh"
-    # A batch job at temperature > 0 promises each prompt the sample of its id and the seed,
-    # whatever rows run beside it; a width chosen for all rows would break that.
-    sampled_job = bool(cfg.input or cfg.prompts_file) and cfg.temperature > 0
-    if text == "fixed" or (text == "auto" and (special or sampled_job)):
-        return ()
-    if text == "auto":
-        return (0, l_len)
-    try:
-        chosen = tuple(int(w) for w in text.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"widths={text!r}: give auto, fixed or comma-separated draft lengths such as "
-            f"0,2,{l_len}"
-        ) from None
-    if special:
-        raise ConfigError(
-            "widths: mode=ssd, drafter=none and draft_placement=submesh keep one width; set "
-            "widths=auto or fixed"
-        )
-    if sampled_job:
-        raise ConfigError(
-            "widths: a batch job at temperature > 0 drafts one fixed width, so that each "
-            "prompt's sample depends only on its id and the seed; set widths=auto or fixed"
-        )
-    try:
-        check_widths(chosen, l_len)
-    except ValueError as e:
-        raise ConfigError(f"widths: {e}") from None
-    return chosen
-
-
-def width_costs(cfg) -> tuple[float, ...]:
-    """``DecodeConfig.width_costs`` of the ``width_costs`` key (``""``: measured)."""
-    text = str(cfg.width_costs).strip()
-    if not text:
-        return ()
-    try:
-        costs = tuple(float(c) for c in text.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"width_costs={text!r}: give one relative cost per width, e.g. 1,1.8 (or empty)"
-        ) from None
-    chosen = widths(cfg)
-    if len(costs) != len(chosen) or not all(F32_TINY <= c <= F32_MAX for c in costs):
-        raise ConfigError(
-            f"width_costs={text!r}: give one positive cost per width of {chosen or '(fixed)'}, "
-            f"each in [{F32_TINY:.3g}, {F32_MAX:.3g}] (float32)"
-        )
-    return costs
 
 
 def shape_buckets(cfg):

@@ -10,6 +10,8 @@ a one-hot distribution at the first maximal logit.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +35,16 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if not self.temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        if not is_int(self.top_k):
+            raise TypeError(f"top_k must be an int (0 = off), got {self.top_k!r}")
+        if not 0.0 <= self.temperature < math.inf:
+            raise ValueError(
+                f"temperature must be >= 0 (0 = greedy) and finite, got {self.temperature}"
+            )
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
@@ -44,6 +54,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Whether this is temperature-0 (argmax) decoding."""
         return self.temperature == 0.0
+
+
+def is_int(value) -> bool:
+    """Whether ``value`` is an integer (Python or NumPy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def split_keys(keys: PRNGKey, num: int) -> tuple[PRNGKey, ...]:

@@ -44,13 +44,20 @@ from specjax.decode import acceptance
 from specjax.decode.batch_counts import Progress, Totals, finished_rows
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import PreparedBatch, check_drafter, check_prompt, check_seed
+from specjax.decode.inputs import (
+    PreparedBatch,
+    check_config,
+    check_drafter,
+    check_prompt,
+    check_seed,
+)
 from specjax.decode.loop import Run
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
 from specjax.decode.slots import id_words
 from specjax.decode.state import DecodeState, check_target
 from specjax.models.pure import PureModel, as_pure
+from specjax.sampling import is_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +134,7 @@ class ContinuousBatch:
         chunk: int = 32,
         refill: int = 1,
     ):
+        check_config(config)
         self.target = as_pure(target)
         self.drafter = drafter if config.speculative else None
         self.config, self.mesh, self.buckets = config, mesh, buckets
@@ -137,6 +145,10 @@ class ContinuousBatch:
                 "adaptive widths choose one draft width for all rows of a step, so at "
                 "temperature > 0 a request's sample would depend on the requests beside it; "
                 "use a fixed width (widths=()) or temperature 0"
+            )
+        if not all(map(is_int, (slots, chunk, refill))):
+            raise TypeError(
+                f"slots, chunk and refill must be ints, got {slots!r}, {chunk!r}, {refill!r}"
             )
         if slots < 1 or chunk < 1 or not 1 <= refill <= slots:
             raise ValueError(
@@ -197,7 +209,11 @@ class ContinuousBatch:
           on_chunk: called with the :class:`Progress` after every decode chunk.
         """
         seen = set()
+        if isinstance(requests, str | bytes):
+            raise TypeError("requests must be a sequence of Request(id, prompt_ids), not a string")
         for request in requests:
+            if not isinstance(request, Request):
+                raise TypeError(f"requests must be Request(id, prompt_ids)s, got {request!r}")
             key = _hashable(request.id)
             if key in seen:
                 raise ValueError(

@@ -7,7 +7,7 @@ import math
 
 from specjax import verify
 from specjax.decode.widths import AUTO, RANDOM
-from specjax.sampling import SamplingParams
+from specjax.sampling import SamplingParams, is_int
 
 WIDTH_POLICIES = {"auto": AUTO, "random": RANDOM}
 
@@ -50,8 +50,23 @@ class DecodeConfig:
     width_costs: tuple[float, ...] = ()
 
     def __post_init__(self):
+        if not isinstance(self.verifier, str):
+            raise TypeError(f"verifier must be a name such as 'block', got {self.verifier!r}")
         if self.verifier != AUTOREGRESSIVE:
             verify.get(self.verifier)  # raises, listing the known names
+        if not isinstance(self.sampling, SamplingParams):
+            raise TypeError(
+                f"sampling must be a SamplingParams, e.g. SamplingParams(temperature=0.7), got "
+                f"{self.sampling!r}"
+            )
+        if not is_int(self.max_new_tokens):
+            raise TypeError(f"max_new_tokens must be an int, got {self.max_new_tokens!r}")
+        if not isinstance(self.stop_tokens, tuple) or not all(map(is_int, self.stop_tokens)):
+            raise TypeError(
+                f"stop_tokens must be a tuple of token ids, e.g. (2,), got {self.stop_tokens!r}"
+            )
+        if any(t < 0 for t in self.stop_tokens):
+            raise ValueError(f"stop_tokens must be token ids >= 0, got {self.stop_tokens}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.verifier == "greedy" and not self.sampling.greedy:

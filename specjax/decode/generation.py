@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 from specjax.decode import loop, ssd, submesh
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
+from specjax.decode.inputs import check_config
 from specjax.decode.loop import Generation
 from specjax.decode.ssd.drafter import SSDDrafter
 from specjax.drafters.base import Drafter
@@ -68,6 +69,7 @@ def generate(
     Raises:
       ValueError: for a combination no loop runs (e.g. SSD on a mesh), before any work.
     """
+    check_config(config)
     if isinstance(drafter, SSDDrafter):
         if mesh is not None or draft_mesh is not None:
             raise ValueError(

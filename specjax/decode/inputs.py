@@ -17,6 +17,7 @@ from specjax.decode import widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
 from specjax.drafters.base import Drafter, draws_with_replacement
+from specjax.sampling import is_int
 
 
 class PreparedBatch(NamedTuple):
@@ -39,8 +40,19 @@ class PreparedBatch(NamedTuple):
     buffer: int
 
 
+def check_config(config) -> None:
+    """One clear error unless ``config`` is a :class:`DecodeConfig` (e.g. arguments swapped)."""
+    if not isinstance(config, DecodeConfig):
+        raise TypeError(
+            f"config must be a DecodeConfig, e.g. DecodeConfig('block', SamplingParams(0.7), "
+            f"128), got {type(config).__name__}; the order is (target, prompts, config, drafter)"
+        )
+
+
 def check_seed(seed: int, headroom: int = 0) -> None:
     """One clear error unless ``seed .. seed + headroom`` fit the PRNG's int32."""
+    if not is_int(seed):
+        raise TypeError(f"seed must be an int, got {seed!r}")
     if not -(2**31) <= seed < 2**31 - headroom:
         raise ValueError(
             f"seed {seed} does not fit the PRNG's int32; use 0 .. {2**31 - headroom - 1}"

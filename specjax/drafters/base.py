@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
+from specjax.sampling import SamplingParams, is_int
 from specjax.typing import Array, PRNGKey
 
 
@@ -81,3 +82,18 @@ def catches_up(drafter) -> bool:
     catch-up grows with the steps it missed (a feature draft flushes its few pending tokens as
     it goes; an n-gram drafter has nothing to feed)."""
     return bool(getattr(drafter, "idle_catch_up", False))
+
+
+def check_types(drafter, sampled: bool = True, **ints) -> None:
+    """One clear ``TypeError`` unless ``ints`` (name -> value) are ints and, if ``sampled``,
+    ``drafter.sampling`` is a :class:`~specjax.sampling.SamplingParams` (at construction, not
+    deep inside a compiled program)."""
+    for name, value in ints.items():
+        if not is_int(value):
+            got = repr(value) if len(repr(value)) < 60 else f"a {type(value).__name__}"
+            raise TypeError(f"{type(drafter).__name__}: {name} must be an int, got {got}")
+    if sampled and not isinstance(drafter.sampling, SamplingParams):
+        raise TypeError(
+            f"{type(drafter).__name__}: sampling must be a SamplingParams (the target's), got "
+            f"{drafter.sampling!r}"
+        )

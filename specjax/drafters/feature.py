@@ -26,9 +26,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax import sampling, tree
-from specjax.drafters.base import Draft
+from specjax.drafters.base import Draft, check_types
 from specjax.models.cache import KVCache
-from specjax.models.eagle import EagleHead
+from specjax.models.eagle import EagleConfig, EagleHead
 from specjax.models.pure import PureModel
 from specjax.typing import Array, PRNGKey
 
@@ -80,6 +80,12 @@ class FeatureDrafter:
     def __post_init__(self):
         if isinstance(self.head, EagleHead):
             object.__setattr__(self, "head", PureModel(*nnx.split(self.head)))
+        if not isinstance(self.head, PureModel) or not isinstance(self.head.config, EagleConfig):
+            raise TypeError(
+                "FeatureDrafter: head must be an EagleHead (specjax.models.eagle.load_head), got "
+                f"{type(self.head).__name__}"
+            )
+        check_types(self, num_paths=self.num_paths, draft_len=self.draft_len)
         if self.num_paths < 1 or self.draft_len < 1:
             raise ValueError(
                 f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling, sharding, tree
-from specjax.drafters.base import Draft
+from specjax.drafters.base import Draft, check_types
 from specjax.models.cache import KVCache
 from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, as_pure, prefill
@@ -57,6 +57,9 @@ class ModelDrafter:
     def __post_init__(self):
         if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
             object.__setattr__(self, "model", as_pure(self.model))
+        if not isinstance(self.model, PureModel):
+            raise TypeError(f"ModelDrafter: model must be a Llama or PureModel, got {self.model!r}")
+        check_types(self, num_paths=self.num_paths, draft_len=self.draft_len)
         if self.num_paths < 1 or self.draft_len < 1:
             raise ValueError(
                 f"need num_paths >= 1 and num_speculative_tokens >= 1, got {self.num_paths} "

@@ -21,7 +21,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.drafters.base import Draft
+from specjax.drafters.base import Draft, check_types
 from specjax.typing import Array, PRNGKey
 
 
@@ -59,6 +59,18 @@ class NgramDrafter:
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
+        check_types(
+            self,
+            sampled=False,
+            vocab_size=self.vocab_size,
+            num_paths=self.num_paths,
+            draft_len=self.draft_len,
+            max_ngram=self.max_ngram,
+            min_ngram=self.min_ngram,
+            hint_ngram=self.hint_ngram,
+        )
+        if self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be the target's V >= 1, got {self.vocab_size}")
         if self.num_paths < 1:
             raise ValueError(f"num_paths must be >= 1, got {self.num_paths}")
         if not 1 <= self.min_ngram <= self.max_ngram:

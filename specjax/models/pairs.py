@@ -95,6 +95,12 @@ def load_pair(
     """
     if name not in NAMES:
         raise ValueError(f"unknown model pair {name!r}; the shipped pairs are {', '.join(NAMES)}")
+    if name == "smollm2_self" and (
+        isinstance(draft_layers, bool) or not isinstance(draft_layers, int) or draft_layers < 1
+    ):
+        raise ValueError(
+            f"draft_layers must be an int >= 1 (the target's first layers), got {draft_layers!r}"
+        )
     if name == "shakespeare":
         if reuse is not None:
             raise ValueError("reuse shares a SmolLM2 target; the shakespeare pair loads its own")

@@ -10,9 +10,11 @@ safetensors weights (read on the host) are placed shard by shard.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -47,10 +49,24 @@ def load_model(
     Raises:
       FileNotFoundError: ``path`` names no file or directory.
     """
+    path = os.fspath(path)
+    if dtype:
+        try:
+            floating = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+        except TypeError:
+            floating = False
+        if not floating:
+            raise ValueError(
+                f"{role} dtype {dtype!r} is not a floating dtype; give 'float32', 'bfloat16' "
+                "(or '' to keep the stored one)"
+            )
     if path.startswith("random:"):
         from specjax.models.random import random_model
 
-        module = random_model(int(path.split(":", 1)[1]))
+        seed = path.split(":", 1)[1]
+        if not seed.isdigit():
+            raise ValueError(f"{role} {path!r}: random:<seed> needs a non-negative integer seed")
+        module = random_model(int(seed))
         if mesh is not None:
             if not replicated:
                 sharding.check_model(module.config, mesh, role)

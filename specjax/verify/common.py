@@ -43,7 +43,16 @@ def split_key(key: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
 
 def is_row_keys(key: PRNGKey) -> bool:
     """Whether ``key`` holds one key per batch row: typed ``[B]`` or raw ``uint32[B, 2]``."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    dtype = getattr(key, "dtype", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == jnp.uint32 and key.ndim in (1, 2) and key.shape[-1] == 2
+    if not (typed and key.ndim in (0, 1)) and not raw:
+        shown = f"{dtype}{list(key.shape)}" if dtype is not None else type(key).__name__
+        raise TypeError(
+            "key must be jax.random.key(seed) or jax.random.PRNGKey(seed), or one per row "
+            f"([B] typed or uint32[B, 2]), got {shown}"
+        )
+    if typed:
         return key.ndim == 1
     return key.ndim == 2
 
@@ -75,6 +84,7 @@ def check_chain_inputs(
     num_draft: Array | None,
 ) -> tuple[int, int, int]:
     """Validates chain-verifier shapes; returns (B, L, V) or raises one clear ValueError."""
+    _check_arrays(name, draft_tokens, draft_probs, target_probs)
     if draft_tokens.ndim != 2:
         raise ValueError(
             f"{name}: draft_tokens must be [B, L], got shape {tuple(draft_tokens.shape)}; "
@@ -107,6 +117,7 @@ def check_multipath_inputs(
     num_draft: Array | None,
 ) -> tuple[int, int, int, int]:
     """Validates multi-path shapes; returns (B, K, L, V) or raises one clear ValueError."""
+    _check_arrays(name, draft_tokens, draft_probs, target_probs)
     if draft_tokens.ndim != 3:
         raise ValueError(
             f"{name}: draft_tokens must be [B, K, L], got shape {tuple(draft_tokens.shape)}; "
@@ -140,7 +151,23 @@ def _check_sizes(name: str, **dims: int) -> None:
         )
 
 
+def _check_arrays(name: str, draft_tokens, draft_probs, target_probs) -> None:
+    given = {"draft_tokens": draft_tokens, "draft_probs": draft_probs, "target_probs": target_probs}
+    for what, x in given.items():
+        if not hasattr(x, "dtype"):
+            raise TypeError(
+                f"{name}: {what} must be an array (jnp.asarray), got {type(x).__name__}"
+            )
+    for what, x in (("draft_probs", draft_probs), ("target_probs", target_probs)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{name}: {what} must hold probabilities (floating), got {x.dtype}")
+
+
 def _check_num_draft(name: str, num_draft: Array | None, shape: tuple[int, ...], letters: str):
+    if num_draft is not None and not jnp.issubdtype(jnp.result_type(num_draft), jnp.integer):
+        raise TypeError(
+            f"{name}: num_draft must be integer counts, got {jnp.result_type(num_draft)}"
+        )
     if num_draft is not None and tuple(jnp.shape(num_draft)) != shape:
         raise ValueError(
             f"{name}: num_draft must be {letters} = {list(shape)}, got shape "

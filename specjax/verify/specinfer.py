@@ -132,6 +132,8 @@ def specinfer_verify(
       K = 1 gives exactly :func:`token_verify`.
     """
     check_multipath_inputs("specinfer_verify", draft_tokens, draft_probs, target_probs, num_draft)
+    if not isinstance(replacement, bool):
+        raise TypeError(f"specinfer_verify: replacement must be True or False, got {replacement!r}")
     draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])

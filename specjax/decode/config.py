@@ -22,7 +22,9 @@ class DecodeConfig:
     Attributes:
       verifier: ``greedy``, ``token``, ``block`` (one chain), ``specinfer``, ``spectr``, ``gbv``
         (K paths) or ``autoregressive`` (no draft).
-      sampling: temperature / top-k / top-p, applied identically to draft and target.
+      sampling: temperature / top-k / top-p of the target's law. A drafter samples with its
+        own ``sampling`` (the CLI passes the same); any draft law stays exact, the same one
+        usually accepts most.
       max_new_tokens: tokens generated per row at most.
       stop_tokens: ids that end a row (kept in the output), e.g. the tokenizer's EOS.
       widths: draft lengths a step chooses among, ascending, e.g. ``(0, 2, L)``

@@ -104,6 +104,7 @@ def one_error_line(fn, cfg) -> str:
         # Told by the sources' configs before they load:
         (dict(max_new_tokens=5000), "exceed the target's max_seq_len 1024; lower max_new_tokens"),
         (dict(drafter="self", draft_layers=2), "draft_layers must be in [1, 1]"),
+        (dict(chat=True), "the target's tokenizer has no chat template; set chat=False"),
     ],
 )
 def test_decode_bad_input(overrides, message):

@@ -191,6 +191,26 @@ def source_limits(cfg, drafter: str, tree: int) -> None:
         )
 
 
+def source_has_chat_template(path: str) -> bool | None:
+    """Whether a model source's tokenizer has a chat template, read without loading it:
+    ``random:<seed>`` (byte-level, none) and a specjax checkpoint's saved tokenizer; None where
+    only a load would tell."""
+    import json
+
+    from specjax.models import checkpoint
+    from specjax.models.tokenizer import MANIFEST
+
+    if path.startswith("random:"):
+        return False
+    manifest = Path(path).expanduser() / "tokenizer" / MANIFEST
+    try:
+        if checkpoint.is_checkpoint(Path(path).expanduser()) and manifest.is_file():
+            return json.loads(manifest.read_text()).get("chat_template") is not None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def source_vocab(path: str) -> int | None:
     """The vocabulary size of a model source, read without loading it (:func:`source_fields`);
     None where only a load would tell."""

@@ -20,6 +20,7 @@ from specjax.cli.checks import (
     number,
     readable_file,
     seed,
+    source_has_chat_template,
     source_limits,
     source_vocab,
     writable_dir,
@@ -83,6 +84,10 @@ def check_decode(cfg) -> None:
         model_source(cfg.draft, "draft")
     tree = k_paths * cfg.num_speculative_tokens if config.speculative and cfg.mode != "ssd" else 0
     source_limits(cfg, drafter, tree + 2)  # prepare()'s draft tree: K L + the root + one spare
+    if cfg.chat is True and source_has_chat_template(cfg.target) is False:
+        raise ConfigError(
+            "chat=True but the target's tokenizer has no chat template; set chat=False"
+        )
     if cfg.top_paths and drafter != "eagle":
         raise ConfigError(
             f"top_paths branches a feature head's draft; drafter={drafter} has none: set "

@@ -37,7 +37,7 @@ class SamplingParams:
     def __post_init__(self):
         for name in ("temperature", "top_p"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"{name} must be a number, got {value!r}")
         if not is_int(self.top_k):
             raise TypeError(f"top_k must be an int (0 = off), got {self.top_k!r}")

@@ -41,14 +41,14 @@ def check_decode(cfg) -> None:
     """Checks a ``configs/shakespeare.py``-style decode record (types, ranges, files, paths)."""
     from specjax import verify
     from specjax.decode.config import AUTOREGRESSIVE, DecodeConfig
-    from specjax.decode.inputs import check_paths, check_replacement
+    from specjax.decode.inputs import check_paths, check_replacement, tree_positions
     from specjax.sampling import SamplingParams
 
     drafter = choice(cfg, "drafter", DRAFTERS)
     placement = choice(cfg, "draft_placement", PLACEMENTS)
     choice(cfg, "dtype", DTYPES)
     choice(cfg, "verifier", tuple(verify.VERIFIERS))
-    integer(cfg, "num_speculative_tokens", 1, 64)
+    l_len = integer(cfg, "num_speculative_tokens", 1, 64)
     k_paths = integer(cfg, "num_paths", 1, 64)
     integer(cfg, "draft_layers", 1)
     ngram_min = integer(cfg, "ngram_min", 1, 64)
@@ -82,8 +82,10 @@ def check_decode(cfg) -> None:
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
-    tree = k_paths * cfg.num_speculative_tokens if config.speculative and cfg.mode != "ssd" else 0
-    source_limits(cfg, drafter, tree + 2)  # prepare()'s draft tree: K L + the root + one spare
+    if config.speculative and cfg.mode != "ssd":  # (SSD's own tree: checked once it loads)
+        source_limits(cfg, drafter, tree_positions(k_paths, l_len))
+    else:
+        source_limits(cfg, drafter, tree_positions(1, 0))
     if cfg.chat is True and source_has_chat_template(cfg.target) is False:
         raise ConfigError(
             "chat=True but the target's tokenizer has no chat template; set chat=False"

@@ -40,6 +40,12 @@ class PreparedBatch(NamedTuple):
     buffer: int
 
 
+def tree_positions(num_paths: int, draft_len: int) -> int:
+    """Cache positions a step takes beyond the committed tokens: the draft tree's K L nodes,
+    the root, and one spare slot (2 for autoregressive decoding)."""
+    return num_paths * draft_len + 2
+
+
 def check_config(config) -> None:
     """One clear error unless ``config`` is a :class:`DecodeConfig` (e.g. arguments swapped)."""
     if not isinstance(config, DecodeConfig):
@@ -102,7 +108,7 @@ def check_prompt(prompt, vocab: int, name: str = "the prompt") -> None:
             raise ValueError(f"{form}, got an array of {dtype} with shape {np.shape(prompt)}")
     elif isinstance(prompt, list | tuple):
         for token in prompt:
-            if isinstance(token, bool) or not isinstance(token, int | np.integer):
+            if not is_int(token):
                 raise ValueError(f"{form}, but it holds {type(token).__name__} {token!r}")
     else:
         raise ValueError(
@@ -160,7 +166,7 @@ def prepare(
         )
     if len(prompts) == 0:
         raise ValueError("no prompts given")
-    if all(isinstance(p, int | np.integer) and not isinstance(p, bool) for p in prompts):
+    if all(map(is_int, prompts)):
         raise ValueError(
             "prompts must be a list of lists of token ids: got one flat list of ids; wrap "
             "a single prompt as [ids]"
@@ -171,7 +177,7 @@ def prepare(
     lengths = [len(p) for p in prompts]
     k_paths = 1 if drafter is None else drafter.num_paths
     draft_len = 0 if drafter is None else drafter.draft_len
-    tree = k_paths * draft_len + 2  # the draft tree and the root, plus one spare slot
+    tree = tree_positions(k_paths, draft_len)
     longest = max(lengths)
     limits = [target.config.max_seq_len, None if drafter is None else drafter.max_seq_len]
     limit = min(x for x in limits if x is not None)

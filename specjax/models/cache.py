@@ -138,14 +138,16 @@ def write_slots(
     values = values.astype(x.dtype)
     if layer is not None:
         values = values[:, None]  # [B, 1, T, G, E]
-    if valid is None:
-        valid = jnp.ones((b, t), bool)
     if not _per_row(b, t, s):
-        slots = jnp.where(valid, starts[:, None] + jnp.arange(t)[None, :], s)  # [B, T]
+        slots = starts[:, None] + jnp.arange(t)[None, :]  # [B, T]
+        if valid is not None:
+            slots = jnp.where(valid, slots, s)  # past S: dropped
         rows = jnp.arange(b)[:, None]
         if layer is None:
             return x.at[:, rows, slots].set(jnp.moveaxis(values, 1, 0), mode="drop")
         return x.at[layer, rows, slots].set(values[:, 0], mode="drop")
+    if valid is None:
+        valid = jnp.ones((b, t), bool)
     first, n = (0, x.shape[0]) if layer is None else (layer, 1)
     at = jnp.clip(starts, 0, s - t)  # [B] where each block lands
     rel = jnp.arange(t)[None, :] + (at - starts)[:, None]  # [B, T] the value each slot gets

@@ -43,6 +43,14 @@ def split_key(key: PRNGKey, num: int) -> tuple[PRNGKey, ...]:
 
 def is_row_keys(key: PRNGKey) -> bool:
     """Whether ``key`` holds one key per batch row: typed ``[B]`` or raw ``uint32[B, 2]``."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key.ndim == 1
+    return key.ndim == 2
+
+
+def check_key(key) -> None:
+    """One clear ``TypeError`` unless ``key`` is one PRNG key or one per row: typed ``[]`` or
+    ``[B]``, raw ``uint32[2]`` or ``uint32[B, 2]``."""
     dtype = getattr(key, "dtype", None)
     typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
     raw = dtype == jnp.uint32 and key.ndim in (1, 2) and key.shape[-1] == 2
@@ -52,9 +60,6 @@ def is_row_keys(key: PRNGKey) -> bool:
             "key must be jax.random.key(seed) or jax.random.PRNGKey(seed), or one per row "
             f"([B] typed or uint32[B, 2]), got {shown}"
         )
-    if typed:
-        return key.ndim == 1
-    return key.ndim == 2
 
 
 def verifier_uniforms(key: PRNGKey, batch: int, shape: tuple, dtype) -> tuple[Array, Array]:
@@ -66,6 +71,7 @@ def verifier_uniforms(key: PRNGKey, batch: int, shape: tuple, dtype) -> tuple[Ar
     a row's outcome depends on its own key and inputs only: decoding passes one key per row and
     verifies the whole batch in one call.
     """
+    check_key(key)
     if is_row_keys(key):
         if key.shape[0] != batch:
             raise ValueError(f"per-row keys must be [B] = [{batch}], got {tuple(key.shape)}")

@@ -180,6 +180,17 @@ def main(which: str) -> None:
         t_on = placed(target, t_mesh, replicated=False)
         d_on = placed(draft, d_mesh, replicated=False)
         assert set(d_on.module.embed[...].sharding.device_set) == set(d_mesh.devices.flat)
+        from specjax.decode import submesh
+
+        programs = {}  # the step's executables by function name, to read their donations
+        compile_program = submesh.PROGRAMS.program
+
+        def recorded(fn, args, static=None, donate=()):
+            out = compile_program(fn, args, static, donate)
+            programs[fn.__name__] = out[0]
+            return out
+
+        submesh.PROGRAMS.program = recorded
         for params, verifier, k in [(GREEDY, "block", 1), (SamplingParams(1.0), "gbv", 2)]:
             cfg = DecodeConfig(verifier, params, 16)
             want = generate(
@@ -193,6 +204,15 @@ def main(which: str) -> None:
             got = generate(t_on, PROMPTS, cfg, drafter, 5, t_mesh, draft_mesh=d_mesh)
             assert got.tokens == want.tokens, (verifier, got.tokens, want.tokens)
             assert got.metrics.steps == want.metrics.steps
+        del submesh.PROGRAMS.program
+        # Verification updates the target's cache in place: its program donates the state (the
+        # cache's two leaves among its aliases), and the key split takes the keys alone.
+        text = programs["_verify"].as_text()
+        assert "input_output_alias={" in text, "the verification program donates nothing"
+        aliases = text.split("input_output_alias={")[1].split("\n")[0]
+        assert aliases.count("may-alias") + aliases.count("must-alias") >= 2, aliases
+        assert "input_output_alias" not in programs["_split"].as_text()
+        assert programs["_split"].in_tree.num_leaves == 1
         try:
             split_devices("2,4", "1,2")
         except ValueError as err:

@@ -70,9 +70,12 @@ def _init_draft(drafter, prompts, prompt_lengths, *, capacity):
     return drafter.init(prompts, prompt_lengths, capacity)
 
 
-def _split(state, *, mesh):
-    keys, k_draft, k_verify = split_keys(state.keys, 3)
-    return constrain_state(state.replace(keys=keys), mesh, False), k_draft, k_verify
+def _split(keys, *, mesh):
+    # The keys alone: the state (the target's cache with it) goes through one program per step,
+    # _verify, which donates it.
+    keys, k_draft, k_verify = split_keys(keys, 3)
+    rows = sharding.batch_sharding(mesh, keys.ndim)
+    return jax.lax.with_sharding_constraint(keys, rows), k_draft, k_verify
 
 
 def _verify(target, state, draft, key, *, config, replacement, mesh):
@@ -88,6 +91,11 @@ def _commit(drafter, before, after, lengths, path, tau, active):
     return drafter.commit(before, after, lengths, path, tau, active)
 
 
+DONATED = {_verify: (1,)}
+"""The arguments a step's program donates: the target's state, so that its cache is updated in
+place (the draft's cache is not: a drafter's ``commit`` reads the state before ``propose``)."""
+
+
 class _Programs:
     """The step's programs, each compiled on its first call (kept in the process's one program
     cache, :data:`~specjax.decode.programs.PROGRAMS`) and then called directly: the loop's
@@ -100,7 +108,7 @@ class _Programs:
     def __call__(self, fn, *args, **static):
         executable = self._executables.get(fn)
         if executable is None:
-            executable, _ = PROGRAMS.program(fn, args, static)
+            executable, _ = PROGRAMS.program(fn, args, static, DONATED.get(fn, ()))
             self._executables[fn] = executable
         return executable(*args)
 
@@ -124,6 +132,7 @@ def generate_on_submeshes(
     sharding.check_model(target.config, mesh)
     on = lambda m: lambda x: jax.device_put(x, sharding.batch_sharding(m, np.ndim(x)))
     to_t, to_d = on(mesh), on(draft_mesh)
+    draft_rows = lambda ndim: sharding.batch_sharding(draft_mesh, ndim)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     replacement = draws_with_replacement(drafter)
 
@@ -144,16 +153,14 @@ def generate_on_submeshes(
         draft_state = call(_init_draft, drafter, to_d(padded), to_d(lengths), capacity=capacity)
         steps = 0
         while max_steps is None or steps < max_steps:
-            state, k_draft, k_verify = call(_split, state, mesh=mesh)
+            keys, k_draft, k_verify = call(_split, state.keys, mesh=mesh)
+            state = state.replace(keys=keys)
+            # Copies on the draft's devices (never aliases: _verify donates the state).
+            lengths_d = jax.device_put(state.lengths, draft_rows(1), may_alias=False)
+            active_d = to_d(~state.done)
             draft, after = call(
-                _propose,
-                drafter,
-                draft_state,
-                to_d(k_draft),
-                to_d(state.tokens),
-                to_d(state.lengths),
+                _propose, drafter, draft_state, to_d(k_draft), to_d(state.tokens), lengths_d
             )
-            before_lengths, active = state.lengths, ~state.done
             state, path, tau = call(
                 _verify,
                 target,
@@ -169,10 +176,10 @@ def generate_on_submeshes(
                 drafter,
                 draft_state,
                 after,
-                to_d(before_lengths),
+                lengths_d,
                 to_d(path),
                 to_d(tau),
-                to_d(active),
+                active_d,
             )
             steps += 1
             if bool(np.all(jax.device_get(state.done))):

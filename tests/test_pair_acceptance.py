@@ -140,10 +140,13 @@ def test_calibrations_verdicts_count_only_once_the_generation_has_ended(models):
     run.prepare()
     pair = run.calibration().pair
     assert run.pending is None and pair.reached[0] > 0, pair
-    own, scratch = run.decode(run.start(), 1), run.decode(run.start(scratch=True), 1)
+    # A refilled scratch (calibration's second, third, ...) draws anew too: its steps are new
+    # verdicts, not replays of the first scratch's.
+    states = [run.decode(run.start(scratch=n), 1) for n in (0, 1, 2)]
     rows = np.arange(len(PROMPTS))
-    firsts = [np.asarray(s.tokens)[rows, np.asarray(s.lengths) - 1] for s in (own, scratch)]
-    assert not np.array_equal(*firsts), firsts
+    firsts = [np.asarray(s.tokens)[rows, np.asarray(s.lengths) - 1] for s in states]
+    assert not np.array_equal(firsts[0], firsts[1]), firsts
+    assert not np.array_equal(firsts[1], firsts[2]), firsts
 
 
 def test_a_batch_job_counts_each_rows_drafting_steps_once(models):  # noqa: F811

@@ -215,9 +215,9 @@ def calibrate(run, state, restart=None):
       run: the run whose program is measured.
       state: a state of that program, donated.
       restart: a callable giving a fresh state to go on with once every row of the measured
-        one is done (``generate`` measures on a scratch prefill of its prompts and refills
-        it); None: stop there, the estimates so far kept for the next call (continuous
-        batching measures on its live slots).
+        one is done, given how many came before it (``generate`` measures on a scratch prefill
+        of its prompts and refills it with new draws); None: stop there, the estimates so far
+        kept for the next call (continuous batching measures on its live slots).
     """
     record = run.calibration(create=True)
     seen = Acceptance.empty(run.drafter.draft_len)  # what the forced drafting steps reached
@@ -265,7 +265,7 @@ def _measure(run, record: Calibration, state, restart, seen: Acceptance):
             if restart is None:
                 stopped = True
             else:  # untimed: a fresh state's first steps are slower, a lazy draft reads the prompt
-                state, restarts, mark = restart(), restarts + 1, None
+                state, restarts, mark = restart(restarts + 1), restarts + 1, None
                 state = run.decode(state, 1, force=n_widths - 1)
         return seconds, taken[force] - before
 

@@ -37,10 +37,10 @@ UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
 
 SCRATCH_SEED = 0x5C7A7C
-"""Added to a generation's seed (mod 2**31) for its calibration's scratch (:meth:`Run.prepare`):
-at T > 0 the scratch's draws are independent of the generation's, so its forced drafting steps
-count towards the pair's prior at once (at T = 0 they are the generation's own verdicts: only
-after it, ``Run.pending``). BENCHMARKS.md, session 24: the README's main job had never drafted."""
+"""Added to a generation's seed (mod 2**31), with n - 1, for its calibration's n-th scratch
+(:meth:`Run.prepare`): at temperature > 0 the scratches' draws are independent of the
+generation's and of each other, so their forced drafting steps count towards the pair's prior at
+once (at temperature 0 they are the generation's own verdicts: only after it, ``Run.pending``)."""
 
 _NEVER = ProgramCache(256)
 """Per program and controller inputs: whether its generations never draft (:meth:`Run.plain`)."""
@@ -154,11 +154,11 @@ class Run:
         self.remake = None  # config -> the Run of the same prompts under it (Run.of's)
         self.as_widths = None  # (widths, L) a plain() run reports its steps under
 
-    def start(self, scratch: bool = False) -> DecodeState:
-        """Runs prefill (``scratch``: with the scratch seed, :data:`SCRATCH_SEED`)."""
+    def start(self, scratch: int = 0) -> DecodeState:
+        """Runs prefill; ``scratch`` n > 0: the n-th scratch, seeded anew (:data:`SCRATCH_SEED`)."""
         if not scratch:
             return self.prefill(*self.args)
-        seed = np.int32((self.seed + SCRATCH_SEED) % 2**31)
+        seed = np.int32((self.seed + SCRATCH_SEED + scratch - 1) % 2**31)
         return self.prefill(*self.args[:-1], self.put_scalar(seed))
 
     def calibration(self, create: bool = False) -> Calibration | None:
@@ -308,7 +308,7 @@ class Run:
         :attr:`compile_seconds`). Both happen once per program in a process."""
         start = time.perf_counter()
         if not self.calibrated:
-            scratch = lambda: self.start(scratch=True)
+            scratch = lambda n=0: self.start(scratch=n + 1)
             calibration.calibrate(self, scratch(), restart=scratch)
             if not self.config.sampling.greedy:  # its own draws: no verdict of this generation
                 self._count_pending()

@@ -1,7 +1,7 @@
 """Continuous batching with every drafter and verifier: greedy outputs equal autoregressive
 decoding token for token, with rows finishing at different steps (a stop token, lengths) and
-refilled mid-run (with adaptive widths: drawn at random per step). Slow tier: the default tier's
-tests/test_batch_job.py covers the model drafter with block verification."""
+refilled mid-run (with adaptive widths: drawn at random per step). The default tier keeps one
+case (three model paths drawn without replacement, SpecInfer); the rest are slow."""
 
 from __future__ import annotations
 
@@ -63,8 +63,7 @@ CASES = [
     pytest.param("model", "token", 1, True, (0, 3), id="model-token-widths",
                  marks=pytest.mark.slow),
     pytest.param("model", "spectr", 2, True, (), id="model-spectr-K2", marks=pytest.mark.slow),
-    pytest.param("model", "specinfer", 3, False, (), id="model-specinfer-without-replacement",
-                 marks=pytest.mark.slow),
+    pytest.param("model", "specinfer", 3, False, (), id="model-specinfer-without-replacement"),
     pytest.param("self", "greedy", 1, True, (0, 3), id="self-greedy-widths",
                  marks=pytest.mark.slow),
     pytest.param("ngram", "block", 1, True, (0, 3), id="ngram-block-widths",

@@ -126,6 +126,8 @@ def test_ngram_drafter_greedy_equals_autoregressive(models, autoregressive, veri
     )
     assert out.tokens == autoregressive
     assert out.metrics.block_efficiency > 1.0  # greedy text repeats: lookups hit
+    hist = out.metrics.accepted_length_histogram
+    assert hist[0] > 0 and sum(hist[1:]) > 0  # rejections and acceptances in one run
 
 
 def test_ngram_tree_greedy_equals_autoregressive(models, autoregressive):
@@ -136,6 +138,8 @@ def test_ngram_tree_greedy_equals_autoregressive(models, autoregressive):
     out = generate(target, PROMPTS, DecodeConfig("specinfer", GREEDY, 30), drafter)
     assert out.tokens == autoregressive
     assert out.metrics.block_efficiency > 1.0
+    hist = out.metrics.accepted_length_histogram
+    assert hist[0] > 0 and sum(hist[1:]) > 0  # rejections and acceptances in one run
     with pytest.raises(ValueError, match="exact at temperature 0 only"):
         generate(target, PROMPTS, DecodeConfig("specinfer", SamplingParams(1.0), 30), drafter)
     for verifier in ("gbv", "spectr"):

@@ -143,6 +143,22 @@ def test_outcome_law_matches_reference(case):
     assert p_value > P_MIN, f"{name}: p = {p_value:.2e}"
 
 
+def test_greedy_outcome_matches_reference():
+    """greedy_verify is deterministic: on 300 random chain drafts (draft tokens sampled from q,
+    so they often miss the target's argmax) its (tau, next token) is the reference law's one
+    outcome."""
+    rng = np.random.default_rng(11)
+    model = en.random_model(rng, 5, 3, alpha=0.7)
+    batch = en.sample_drafts(model, "chain", 1, 3, 300, rng)
+    tau, nxt, path = run_batch("greedy", {}, batch, seed=0)
+    outcomes = set()
+    for i in range(len(tau)):
+        law = reference.law("greedy", *(x[i] for x in batch[:3]))
+        assert list(law) == [(tau[i], nxt[i], path[i])] and list(law.values()) == [1.0], i
+        outcomes.add(int(tau[i]))
+    assert outcomes == {0, 1, 2, 3}, outcomes  # every accept length, so the test is not vacuous
+
+
 def test_block_last_success_wins():
     """h_1 = 0 (position 1's own test always fails) yet tau = 2 has probability 1/2.
 

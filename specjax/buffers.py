@@ -11,13 +11,13 @@ def append_rows(tokens: Array, lengths: Array, new: Array, count: Array) -> Arra
     """``tokens`` with ``new[b, :count[b]]`` written at ``tokens[b, lengths[b]:]``.
 
     Args:
-      tokens: int ``[B, S]`` the buffer.
+      tokens: int ``[B, U]`` the buffer.
       lengths: int ``[B]`` committed tokens per row (where each row's new tokens start).
       new: int ``[B, M]`` candidate tokens per row.
       count: int ``[B]`` how many of them to write (0 leaves a row untouched).
 
     Returns:
-      The buffer ``[B, S]``; writes past S are dropped.
+      The buffer ``[B, U]``; writes past U are dropped.
     """
     b, m = new.shape
     j = jnp.arange(m)[None, :]

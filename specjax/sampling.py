@@ -79,8 +79,8 @@ def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
     if params.greedy:
         return jax.nn.one_hot(argmax_first(logits), vocab, dtype=jnp.float32)
     # Shift by the row maximum before dividing, so that a tiny temperature cannot overflow to
-    # inf - inf = NaN: as T -> 0 the law tends to uniform over the maximal logits, and that is
-    # what it computes (the maximum maps to 0, the rest to large negatives or -inf).
+    # inf - inf = NaN: as the temperature -> 0 the law tends to uniform over the maximal logits,
+    # and that is what it computes (the maximum maps to 0, the rest to large negatives or -inf).
     # (A subnormal temperature may flush to 0 on some backends: the maxima stay exactly 0.)
     shifted = logits - jnp.max(logits, axis=-1, keepdims=True)  # [..., V], <= 0
     x = jnp.where(shifted == 0.0, 0.0, shifted / params.temperature)

@@ -67,18 +67,18 @@ def draft_path_slots(base: Array, path: Array, num_paths: int, draft_len: int) -
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class LevelMask:
-    """Which cache slots the W nodes of one level of a tree grown level by level may attend
-    to, kept as the rule rather than as a ``[B, W, S]`` mask: attention asks for the slots it
+    """Which cache slots the w nodes of one level of a tree grown level by level may attend
+    to, kept as the rule rather than as a ``[B, w, S]`` mask: attention asks for the slots it
     reads (:meth:`allowed`), so a call costs what the cache holds, not its capacity.
 
-    Level j's W nodes sit at slots ``scratch + j * W + w``; a node of column w sees the first
-    ``visible[b, w]`` slots (the committed prefix, and whatever else that column shares) and its
+    Level j's w nodes sit at slots ``scratch + j * w + i``; a node of column i sees the first
+    ``visible[b, i]`` slots (the committed prefix, and whatever else that column shares) and its
     own column's nodes of the first ``levels`` levels. The draft tree (:func:`draft_kv_mask`:
-    W = K paths) and SSD's branches (:func:`level_kv_mask`: W = C, each also seeing the glue of
+    w = K paths) and SSD's branches (:func:`level_kv_mask`: w = C, each also seeing the glue of
     its accepted tokens) are both such trees.
 
     Attributes:
-      visible: int ``[B, W]`` leading slots each column sees.
+      visible: int ``[B, w]`` leading slots each column sees.
       scratch: int ``[B]`` first slot of level 0.
       levels: int ``[]`` levels written so far (including the one being fed).
     """
@@ -88,11 +88,11 @@ class LevelMask:
     levels: Array
 
     def allowed(self, start: Array | int, size: int) -> Array:
-        """bool ``[B, W, size]``: the rule over the ``size`` slots from ``start``."""
+        """bool ``[B, w, size]``: the rule over the ``size`` slots from ``start``."""
         width = self.visible.shape[1]
         s = start + jnp.arange(size)[None, None, :]  # [1, 1, size]
         rel = s - self.scratch[:, None, None]  # [B, 1, size]
-        column = jnp.arange(width)[None, :, None]  # [1, W, 1]
+        column = jnp.arange(width)[None, :, None]  # [1, w, 1]
         own = (rel >= 0) & (rel < self.levels * width) & (rel % width == column)
         return (s < self.visible[..., None]) | own
 

@@ -3,9 +3,9 @@
 Every shape comment (``# [B, K, L, V]``), signature docstring and einsum in specjax uses these
 letters with exactly these meanings:
 
-=====  =========================================================================================
+=====  =============================================================================================
 Letter Meaning
-=====  =========================================================================================
+=====  =============================================================================================
 B      batch: independent sequences (rows) decoded or verified together.
 K      number of draft paths (multi-path / tree drafts); chain verifiers have K = 1 implicitly.
 L      draft length (gamma): draft tokens proposed per path per speculative step.
@@ -13,15 +13,24 @@ V      vocabulary size (shared by draft and target).
 C      SSD branches per row: speculation-cache entries, one per guessed outcome (k, b).
 N      number of layers (the leading axis of the stacked KV cache ``[N, B, S, G, E]``).
 M      tokens written or moved per row in one commit (``commit_tokens``, ``KVCache.compact``).
-T      sequence positions in one model call (prompt length at prefill, K * L for a draft tree).
+T      sequence positions in one model call (prompt length at prefill, 1 + K * L for a draft
+       tree: the root and its nodes).
 S      KV-cache capacity (static maximum sequence length).
+U      token-buffer length per row (``DecodeState.tokens [B, U]``: prompt, new tokens and a
+       draft's room; not S, the KV-cache capacity).
+X      cache slots one attention window or chunk reads (X <= S).
 D      model width (embedding dimension).
 H      number of query heads;  G: number of key/value heads (grouped-query attention).
+R      query heads per key/value head (H / G): the grouped axis of attention ``[B, T, G, R, E]``.
 E      head dimension.
 F      MLP hidden width.
-A      target feature layers read by a feature drafter (``specjax.drafters.feature``).
+A      target feature layers read by a feature drafter (``specjax.drafters.feature``);
+       A' is the feature layers stored in a data set (A' >= A).
 W      a feature drafter's draft vocabulary (ids it can propose; ``d2t [W]`` maps them to V).
-=====  =========================================================================================
+Y      draft widths a step chooses among (``len(DecodeConfig.widths)``).
+Z      tokens in a stored training data set (feature data, token corpora).
+J      training-time-test steps in training a feature head (``HeadRecipe.ttt_steps``; 1: none).
+=====  =============================================================================================
 
 Conventions used with these letters:
 
@@ -57,12 +66,18 @@ DIMENSIONS: dict[str, str] = {
     "M": "tokens committed or moved per row",
     "T": "positions in one call",
     "S": "cache capacity",
+    "U": "token buffer",
+    "X": "slots a window or chunk reads",
     "D": "model width",
     "H": "query heads",
     "G": "key/value heads",
+    "R": "query heads per key/value head",
     "E": "head dimension",
     "F": "MLP hidden width",
     "A": "feature layers",
     "W": "draft vocabulary",
+    "Y": "draft widths",
+    "Z": "stored tokens",
+    "J": "training-time-test steps",
 }
 """Machine-readable copy of the glossary (used by docs and shape-checking helpers)."""

@@ -13,12 +13,11 @@ optimism that drafting steps correct, where pessimism would stop the drafting th
 correct it); a calibrated program then fixes its prior.
 
 The steps a controller chose to draft are a selected sample (a row drafts more where its drafts
-are accepted, and stops after a run of rejections): on the SmolLM2 head at T = 0 they put the
-pair at 0.51 / 0.50 / 0.46 per position after 23 prompts, against 0.49 / 0.53 / 0.59 from 770
-forced drafting steps on 7 prompts. What matters is that a prior from one prompt is worse: too
-high, it costs a new row a few drafting steps before its own verdicts take over; too low, it
-can cost a drafter without a free look (which learns only by drafting) a whole generation of
-one-token steps.
+are accepted, and stops after a run of rejections): on the SmolLM2 head at temperature 0 they put
+the pair at 0.51 / 0.50 / 0.46 per position after 23 prompts, against 0.49 / 0.53 / 0.59 from 770
+forced drafting steps on 7 prompts. What matters is that a prior from one prompt is worse: too high,
+it costs a new row a few drafting steps before its own verdicts take over; too low, it can cost a
+drafter without a free look (which learns only by drafting) a whole generation of one-token steps.
 """
 
 from __future__ import annotations

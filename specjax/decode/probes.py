@@ -49,7 +49,7 @@ def loss_wait(gain: Array, policy, active: Array, widths: tuple[int, ...]) -> Ar
     """int32 ``[]`` width-0 steps ``w`` a probe at ``widths[1]`` must wait for its expected loss
     to be at most :data:`EXPLORE` of them: the loss is its cost and its switch after ``w``
     width-0 steps (:func:`switch_cost`), in width-0 steps, less the ``1 + E[accepted]`` tokens the
-    estimates expect (``gain [B, W]``, mean over active rows). Where each width-0 step adds
+    estimates expect (``gain [B, Y]``, mean over active rows). Where each width-0 step adds
     :data:`EXPLORE` or more to the switch (:attr:`Policy.catch_up`), no wait is long enough."""
     if len(widths) < 2:
         return jnp.int32(0)

@@ -42,7 +42,7 @@ def id_words(request_id: Any) -> np.ndarray:
 
 
 def request_keys(seed: Array, words: Array) -> PRNGKey:
-    """Per-request keys ``[N]`` from the seed and ``words [N, 2]`` (:func:`id_words`)."""
+    """Per-request keys ``[n]`` from the seed and ``words [n, 2]`` (:func:`id_words`)."""
     base = jax.random.fold_in(jax.random.key(seed), REQUEST_STREAM)
     one = lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1])
     return jax.vmap(one)(jnp.asarray(words, jnp.uint32))

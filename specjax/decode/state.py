@@ -20,7 +20,7 @@ class DecodeState:
     """Everything a step reads and writes (shapes static for a whole generation).
 
     Attributes:
-      tokens: int32 ``[B, S]`` prompt and generated tokens; ``tokens[b, :lengths[b]]`` is row
+      tokens: int32 ``[B, U]`` prompt and generated tokens; ``tokens[b, :lengths[b]]`` is row
         b's sequence, the rest is scratch.
       lengths: int32 ``[B]`` committed tokens per row (the last one is not yet in the target
         cache: the next step feeds it).

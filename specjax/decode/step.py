@@ -108,7 +108,7 @@ def commit_tokens(
     token (kept) or at ``max_new_tokens``.
 
     Returns:
-      ``(tokens [B, S], lengths [B], done [B])``.
+      ``(tokens [B, U], lengths [B], done [B])``.
     """
     active = ~state.done
     count = jnp.where(active, count, 0)

@@ -12,17 +12,17 @@ The choice (:func:`choose`) reads only what is known before the step's draft is 
 * ``WidthControl.accept [B, L]``: per row, an exponential moving average of "draft position i was
   accepted, given that positions < i were accepted and i was proposed", updated after each step
   from the verdicts of *earlier* steps, or where a chain step reports it, their expectation
-  Σ min(p, q) (token verification's acceptance; the verdict itself at T = 0, less noise at
-  T > 0; :attr:`DecodeConfig.soft_verdicts`). For a drafter without a free look at its proposals the
-  choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same verdicts,
-  started at the pair's prior, that the fast one resets when it departs from it by more than
-  its own noise (:data:`CHANGE`; downwards only when the next verdict confirms it), so a run of
-  rejections at the row's usual acceptance does not stop a draft that pays, and a change of
-  regime does within a few steps (:data:`BONUS`, off as shipped, would lift a level below the
-  prior by a standard error of the row's observations);
+  Σ min(p, q) (token verification's acceptance; the verdict itself at temperature 0, less noise at
+  temperature > 0; :attr:`DecodeConfig.soft_verdicts`). For a drafter without a free look at its
+  proposals the choice reads ``WidthControl.level [B, L]`` instead: a slow average of the same
+  verdicts, started at the pair's prior, that the fast one resets when it departs from it by more
+  than its own noise (:data:`CHANGE`; downwards only when the next verdict confirms it), so a run of
+  rejections at the row's usual acceptance does not stop a draft that pays, and a change of regime
+  does within a few steps (:data:`BONUS`, off as shipped, would lift a level below the prior by a
+  standard error of the row's observations);
 * the drafter's hint ``[B]`` (:meth:`width_hint`): how many tokens it can propose at all (an
   n-gram drafter without a match: 0);
-* the cost of a step at each width relative to a one-token step, ``costs [W]``, what a probe
+* the cost of a step at each width relative to a one-token step, ``costs [Y]``, what a probe
   costs beyond its step (``switch``) and the pair's acceptance as a row's prior (``prior [L]``),
   measured on the compiled program itself (:mod:`specjax.decode.calibration`), or
   :func:`guess_costs` and :func:`default_prior` until then.
@@ -78,15 +78,15 @@ follow it: upwards at once, downwards when the next verdict at that position con
 (:attr:`WidthControl.suspect`). From 0.5 that is six rejections in a row (the SmolLM2 head
 kept 88% of fixed drafting's speed when three stopped it, 96% after); from 0.9, three: two
 already depart by 2 standard deviations there, yet come once in a hundred verdicts, and
-followed at once they stopped the Shakespeare pair at T = 1 for good (simulated: 94.5% of
+followed at once they stopped the Shakespeare pair at temperature 1 for good (simulated: 94.5% of
 fixed drafting, 99.0% with the confirmation; BENCHMARKS.md, session 13)."""
 
 BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
 reads the level lifted by this many standard errors of a row observed ``seen + PRIOR_WEIGHT``
 times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Off (0) as
-shipped: it helped rows of the SmolLM2 head and cost the Shakespeare pair at T = 1 its gain
-(docs/adaptive_width.md; BENCHMARKS.md, session 11)."""
+shipped: it helped rows of the SmolLM2 head and cost the Shakespeare pair at temperature 1 its
+gain (docs/adaptive_width.md; BENCHMARKS.md, session 11)."""
 
 MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,
@@ -130,7 +130,7 @@ class WidthControl:
       wait: int32 ``[]`` width-0 steps before the next probe, at least ``probe_after`` and long
         enough for :data:`EXPLORE` to pay for the probe (set by :func:`choose`).
       key: the PRNG key of the random policy (one for the batch: every device draws alike).
-      steps: int32 ``[W]`` decode steps taken at each width (while any row was active).
+      steps: int32 ``[Y]`` decode steps taken at each width (while any row was active).
       last: int32 ``[]`` the index of the latest step's width (-1 before any step).
       first: int32 ``[B]`` the first token the drafter would propose in the next step, when it
         is known before drafting (n-gram lookup; -1 otherwise): a width-0 step checks it.
@@ -189,7 +189,7 @@ class Policy:
     """Runtime inputs of the controller (arguments of the decode program, not compiled in).
 
     Attributes:
-      costs: float32 ``[W]`` cost of a step at each width relative to width 0's.
+      costs: float32 ``[Y]`` cost of a step at each width relative to width 0's.
       force: int32 ``[]``: :data:`AUTO`, :data:`RANDOM`, or the index of the width every step
         uses (calibration, experiments).
       prior: float32 ``[L]`` a row's acceptance estimates before its first observation at each
@@ -211,7 +211,7 @@ class Policy:
 
 
 def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Array:
-    """``[B, W]`` expected accepted draft tokens per row at each width.
+    """``[B, Y]`` expected accepted draft tokens per row at each width.
 
     Args:
       accept: ``[B, L]`` per-position conditional acceptance estimates.
@@ -220,19 +220,19 @@ def expected_accepted(accept: Array, hint: Array, widths: tuple[int, ...]) -> Ar
     """
     reach = jnp.cumprod(accept, axis=1)  # [B, L] P(positions 0..i all accepted)
     cum = jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
-    w = jnp.minimum(jnp.asarray(widths, jnp.int32)[None, :], hint[:, None])  # [B, W]
+    w = jnp.minimum(jnp.asarray(widths, jnp.int32)[None, :], hint[:, None])  # [B, Y]
     return jnp.take_along_axis(cum, w, axis=1)
 
 
 def best_width(
     accept: Array, costs: Array, hint: Array, active: Array, widths: tuple[int, ...]
 ) -> tuple[Array, Array]:
-    """``(gain [B, W], index [])``: the expected accepted tokens per row at each width for
+    """``(gain [B, Y], index [])``: the expected accepted tokens per row at each width for
     estimates ``accept [B, L]``, and the index of the width with the batch's best expected
     goodput ``sum_b (1 + gain[b, w]) / costs[w]`` over active rows, a drafting width held to
     :data:`MARGIN` (ties: the smaller width)."""
-    gain = expected_accepted(accept, hint, widths)  # [B, W]
-    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [W]
+    gain = expected_accepted(accept, hint, widths)  # [B, Y]
+    margin = jnp.where(jnp.asarray(widths) > 0, MARGIN, 1.0)  # [Y]
     goodput = jnp.sum(jnp.where(active[:, None], 1.0 + gain, 0.0), axis=0) / (costs * margin)
     return gain, jnp.argmax(goodput).astype(jnp.int32)
 
@@ -240,8 +240,8 @@ def best_width(
 def could_pay(costs: Array, widths: tuple[int, ...]) -> Array:
     """bool ``[]``: whether some drafting width would beat width 0 by :data:`MARGIN` if every
     draft token were accepted. If none would, a probe can only lose, so none is made."""
-    w = jnp.asarray(widths, jnp.float32)  # [W]
-    best = (1.0 + w) / (costs * MARGIN)  # [W] goodput of a fully accepted draft
+    w = jnp.asarray(widths, jnp.float32)  # [Y]
+    best = (1.0 + w) / (costs * MARGIN)  # [Y] goodput of a fully accepted draft
     return jnp.any((w > 0) & (best > 1.0 / costs[0]))
 
 
@@ -279,7 +279,7 @@ def choose(
         estimate = jnp.maximum(estimate, lifted)
     costs = policy.costs
     if probe and policy.switch is not None:  # after width 0, drafting pays the switch too
-        switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [W]
+        switching = (control.last == 0) & (jnp.asarray(widths) > 0)  # [Y]
         costs = costs + jnp.where(switching, probes.switch_cost(policy, control.idle), 0.0)
     gain, best = best_width(estimate, costs, hint, active, widths)
     can_draft = jnp.any(active & (hint > 0))

@@ -51,7 +51,7 @@ class Drafter(Protocol):
     def propose(
         self, state: Any, keys: PRNGKey, tokens: Array, lengths: Array
     ) -> tuple[Draft, Any]:
-        """Drafts after ``tokens[b, :lengths[b]]`` (``tokens [B, S]``) with per-row ``keys [B]``."""
+        """Drafts after ``tokens[b, :lengths[b]]`` (``tokens [B, U]``) with per-row ``keys [B]``."""
 
     def commit(
         self,

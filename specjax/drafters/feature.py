@@ -176,7 +176,7 @@ class FeatureDrafter:
     def propose(
         self, state: FeatureState, keys: PRNGKey, tokens: Array, lengths: Array
     ) -> tuple[Draft, FeatureState]:
-        """Drafts K paths of L tokens after ``tokens[b, :lengths[b]]`` (``tokens [B, S]``)."""
+        """Drafts K paths of L tokens after ``tokens[b, :lengths[b]]`` (``tokens [B, U]``)."""
         head = self.head.module
         k_paths, l_len = self.num_paths, self.draft_len
         b = lengths.shape[0]
@@ -254,7 +254,8 @@ class FeatureDrafter:
             self._feed(s, tokens)[2], s.pending, jnp.zeros_like(s.num_pending)
         )
         state = jax.lax.cond(full, flushed, lambda s: s, state)
-        slot = jnp.arange(state.pending.shape[1])[None, :] == state.num_pending[:, None]  # [B, P]
+        # slot [B, L + 1]: each row's next pending slot
+        slot = jnp.arange(state.pending.shape[1])[None, :] == state.num_pending[:, None]
         keep = (active[:, None] & slot)[:, :, None, None]
         return FeatureState(
             state.cache,

@@ -111,7 +111,7 @@ class ModelDrafter:
           state: the draft cache; it holds all but the last one or more committed tokens (more
             after steps that skipped drafting: :meth:`catch_up` feeds them first).
           keys: per-row PRNG keys ``[B]``.
-          tokens: int ``[B, S]`` token buffer.
+          tokens: int ``[B, U]`` token buffer.
           lengths: int ``[B]`` committed tokens per row.
 
         Returns:
@@ -164,7 +164,7 @@ class ModelDrafter:
         most one takes L + 1: a small draft's forward costs about the same for 5 tokens as for 32.
 
         Args:
-          cache: the draft cache; tokens: int ``[B, S]``; lengths: int ``[B]`` committed tokens.
+          cache: the draft cache; tokens: int ``[B, U]``; lengths: int ``[B]`` committed tokens.
         """
 
         def feed(chunk: int):

@@ -10,8 +10,8 @@ suffix first, then most recent), verified as a tree by ``specinfer`` (recursive 
 sampling tries each proposal against the residual, so at temperature 0 it accepts exactly the
 target's argmax). Such paths are fixed proposals, not i.i.d. draft samples, and paths sharing a
 prefix may propose different next tokens, so :func:`specjax.decode.prepare` refuses them at
-T > 0 and with the verifiers built for i.i.d. paths (GBV, SpecTr: GBV did accept a non-argmax
-token on such a tree in testing).
+temperature > 0 and with the verifiers built for i.i.d. paths (GBV, SpecTr: GBV did accept a
+non-argmax token on such a tree in testing).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class NgramDrafter:
     def propose(
         self, state: tuple, keys: PRNGKey, tokens: Array, lengths: Array
     ) -> tuple[Draft, tuple]:
-        """Drafts up to L tokens per row; ``tokens [B, S]``, ``lengths [B]``."""
+        """Drafts up to L tokens per row; ``tokens [B, U]``, ``lengths [B]``."""
         del keys
         draft, _ = self._matches(tokens, lengths)
         return draft, state
@@ -109,14 +109,14 @@ class NgramDrafter:
         l_len, k_paths = self.draft_len, self.num_paths
         # best[b, p]: the longest n whose n-gram ending just before p matches the row's final
         # n tokens (0: none), for every continuation start p < lengths[b].
-        best = jnp.zeros(tokens.shape, jnp.int32)  # [B, S]
+        best = jnp.zeros(tokens.shape, jnp.int32)  # [B, U]
         for n in range(self.min_ngram, self.max_ngram + 1):
             if n >= s_cap:
                 continue
             tail = jnp.clip(lengths[:, None] - n + jnp.arange(n)[None, :], 0, s_cap - 1)
             suffix = jnp.take_along_axis(tokens, tail, axis=1)  # [B, n]
             windows = jnp.stack([tokens[:, j : s_cap - n + 1 + j] for j in range(n)], -1)
-            match = jnp.all(windows == suffix[:, None, :], axis=-1)  # [B, S - n + 1]
+            match = jnp.all(windows == suffix[:, None, :], axis=-1)  # [B, U - n + 1]
             s = jnp.arange(s_cap - n + 1)[None, :]
             ok = match & (s + n < lengths[:, None]) & (lengths[:, None] >= n)
             ok = jnp.pad(ok, ((0, 0), (n, 0)))[:, :s_cap]  # indexed by start p = s + n

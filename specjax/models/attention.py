@@ -7,7 +7,7 @@ attended to, so a call reads only those, rounded up, and a run compiled for a lo
 ways, one compiled program for every length, nothing ``[B, T, S]`` built:
 
 * **windows** (:func:`attend_windows`, the default): one softmax over a static window of the
-  first W slots, W the smallest of a few sizes (powers of two from :data:`MIN_WINDOW` up to S)
+  first X slots, X the smallest of a few sizes (powers of two from :data:`MIN_WINDOW` up to S)
   that holds the longest row, chosen on device by ``lax.switch``: the live length rounded up to
   a power of two, and inside the window the dense attention's arithmetic, so the logits are the
   dense form's (bit for bit under ``jit`` on SmolLM2).
@@ -53,11 +53,11 @@ def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
 
 
 def allowed_slots(lengths: Array, new_mask: Array, width: int, start: Array | int = 0) -> Array:
-    """``[B, T, W]``: the committed slots (``< lengths``) plus the new tokens' slots that
+    """``[B, T, X]``: the committed slots (``< lengths``) plus the new tokens' slots that
     ``new_mask [B, T, T]`` allows, over the ``width`` slots from ``start``."""
     t = new_mask.shape[-1]
-    s = start + jnp.arange(width)[None, :]  # [1, W]
-    rel = s - lengths[:, None]  # [B, W] index among the new tokens
+    s = start + jnp.arange(width)[None, :]  # [1, X]
+    rel = s - lengths[:, None]  # [B, X] index among the new tokens
     in_new = (rel >= 0) & (rel < t)
     idx = jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], (*new_mask.shape[:2], width))
     among_new = jnp.take_along_axis(new_mask, idx, axis=2) & in_new[:, None, :]
@@ -88,8 +88,8 @@ def attend(
       layer: the layer (static).
       lengths: int ``[B]`` committed entries per row before this call.
       new_mask: ``new_mask[b, i, j]``: new token i attends to new token j.
-      kv_mask: optional :class:`specjax.tree.LevelMask` (``W = T`` columns), used instead of
-        ``new_mask``: a draft tree grown over several calls sees only its ancestors among
+      kv_mask: optional :class:`specjax.tree.LevelMask` (its w columns: the T new tokens), used
+        instead of ``new_mask``: a draft tree grown over several calls sees only its ancestors among
         earlier nodes. It is a rule, asked only for the slots read (``allowed(start, size)``
         ``[B, T, size]``); it must allow no slot past ``lengths + T``.
       scale: the score scale (``head_dim ** -0.5``).
@@ -118,7 +118,7 @@ def attend_windows(
     dtype,
     smallest: int | None = None,
 ) -> Array:
-    """:func:`attend` over a static window of the first W slots, chosen on device from
+    """:func:`attend` over a static window of the first X slots, chosen on device from
     :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`). Each window reads
     its own slice of the stacked cache, so no layer's cache is an operand of the switch."""
     t = q.shape[1]
@@ -126,15 +126,15 @@ def attend_windows(
     def window(w: int):
         def run(q, cache_k, cache_v, lengths, new_mask, kv_mask):
             if kv_mask is None:
-                allowed = allowed_slots(lengths, new_mask, w)  # [B, T, W]
+                allowed = allowed_slots(lengths, new_mask, w)  # [B, T, X]
             else:
-                allowed = kv_mask.allowed(0, w)  # [B, T, W]
-            k, v = cache_k[layer, :, :w], cache_v[layer, :, :w]  # [B, W, G, E]
-            scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype))
+                allowed = kv_mask.allowed(0, w)  # [B, T, X]
+            k, v = cache_k[layer, :, :w], cache_v[layer, :, :w]  # [B, X, G, E]
+            scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype))
             scores = scores.astype(jnp.float32) * scale
             scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
-            probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, W]
-            return jnp.einsum("bgrts,bsge->btgre", probs, v.astype(dtype))
+            probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, X]
+            return jnp.einsum("bgrtx,bxge->btgre", probs, v.astype(dtype))
 
         return run
 
@@ -176,21 +176,21 @@ def attend_chunks(
         top, total, acc = carry  # [B, G, R, T], [B, G, R, T], [B, T, G, R, E] (float32)
         start = jnp.minimum(i * chunk, s - chunk)
         at, size = (layer, 0, start, 0, 0), (1, b, chunk, *cache_k.shape[3:])
-        k = lax.dynamic_slice(cache_k, at, size)[0]  # [B, C, G, E]: only the chunk is read
+        k = lax.dynamic_slice(cache_k, at, size)[0]  # [B, X, G, E]: only the chunk is read
         v = lax.dynamic_slice(cache_v, at, size)[0]
         if kv_mask is None:
-            allowed = allowed_slots(lengths, new_mask, chunk, start)  # [B, T, C]
+            allowed = allowed_slots(lengths, new_mask, chunk, start)  # [B, T, X]
         else:
-            allowed = kv_mask.allowed(start, chunk)  # [B, T, C]
-        slots = start + jnp.arange(chunk)  # [C]
+            allowed = kv_mask.allowed(start, chunk)  # [B, T, X]
+        slots = start + jnp.arange(chunk)  # [X]
         allowed = allowed & (slots >= i * chunk)[None, None, :]  # not counted twice
-        scores = jnp.einsum("btgre,bsge->bgrts", q, k.astype(dtype)).astype(jnp.float32) * scale
-        mask = allowed[:, None, None]  # [B, 1, 1, T, C]
+        scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype)).astype(jnp.float32) * scale
+        mask = allowed[:, None, None]  # [B, 1, 1, T, X]
         new_top = jnp.maximum(top, jnp.max(jnp.where(mask, scores, low), axis=-1))
         probs = jnp.where(mask, jnp.exp(scores - new_top[..., None]), 0.0)
         fade = jnp.exp(top - new_top)  # [B, G, R, T]
         total = total * fade + jnp.sum(probs, axis=-1)
-        values = jnp.einsum("bgrts,bsge->btgre", probs.astype(dtype), v.astype(dtype))
+        values = jnp.einsum("bgrtx,bxge->btgre", probs.astype(dtype), v.astype(dtype))
         acc = acc * jnp.moveaxis(fade, 3, 1)[..., None] + values.astype(jnp.float32)
         return new_top, total, acc
 

@@ -1,6 +1,6 @@
 """The explicit KV cache: a pytree passed into every model call and returned, never module state.
 
-Layout: ``k`` and ``v`` are ``[num_layers, B, S, G, E]`` (S = capacity); ``lengths [B]`` counts the
+Layout: ``k`` and ``v`` are ``[N, B, S, G, E]`` (S = capacity); ``lengths [B]`` counts the
 committed entries of each row. A model call with T new tokens writes their keys and values at
 slots ``lengths .. lengths + T - 1`` of each row and returns the cache with ``lengths + T``.
 Speculative decoding then keeps only the accepted entries: :meth:`KVCache.rollback` shortens
@@ -26,8 +26,8 @@ class KVCache:
     """Keys, values and per-row lengths of every layer.
 
     Attributes:
-      k: ``[num_layers, B, S, G, E]`` keys (rotary embedding already applied).
-      v: ``[num_layers, B, S, G, E]`` values.
+      k: ``[N, B, S, G, E]`` keys (rotary embedding already applied).
+      v: ``[N, B, S, G, E]`` values.
       lengths: int32 ``[B]`` committed entries per row; slots at or past it are stale.
     """
 

@@ -198,9 +198,9 @@ class EagleHead(nnx.Module):
             [rms(x, c.norm_eps, self.norm_embed[...]), rms(g, c.norm_eps, self.norm_feature[...])],
             axis=-1,
         )  # [B, T, 2D]
-        q = jnp.einsum("btk,khe->bthe", inp, self.wq[...])
-        k = jnp.einsum("btk,kge->btge", inp, self.wk[...])
-        v = jnp.einsum("btk,kge->btge", inp, self.wv[...])
+        q = jnp.einsum("bti,ihe->bthe", inp, self.wq[...])
+        k = jnp.einsum("bti,ige->btge", inp, self.wk[...])
+        v = jnp.einsum("bti,ige->btge", inp, self.wv[...])
         return apply_rope(q, positions, c.rope), apply_rope(k, positions, c.rope), v
 
     def finish(self, g: Array, attn: Array) -> tuple[Array, Array]:

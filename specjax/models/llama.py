@@ -126,7 +126,7 @@ class Attention(nnx.Module):
         # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
         out = out.reshape(b, t, c.num_heads * c.head_dim)
         wo = self.wo[...].astype(dtype).reshape(c.num_heads * c.head_dim, -1)  # [H*E, D]
-        return jnp.einsum("btk,kd->btd", out, wo), cache_k, cache_v
+        return jnp.einsum("bti,id->btd", out, wo), cache_k, cache_v
 
 
 class MLP(nnx.Module):

@@ -31,7 +31,7 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
 
 
 def apply_rope(x: Array, positions: Array, config: LlamaConfig) -> Array:
-    """Rotates ``x [B, T, heads, E]`` by the angles of ``positions [B, T]`` (computed in fp32)."""
+    """Rotates ``x [B, T, H or G, E]`` by the angles of ``positions [B, T]`` (computed in fp32)."""
     inv = jnp.asarray(
         inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling), jnp.float32
     )

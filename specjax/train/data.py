@@ -18,8 +18,8 @@ class TokenData:
     """A tokenised corpus.
 
     Attributes:
-      train: int32 ``[N_train]`` training tokens.
-      val: int32 ``[N_val]`` held-out tokens (the tail of every document).
+      train: int32 ``[Z_train]`` training tokens.
+      val: int32 ``[Z_val]`` held-out tokens (the tail of every document).
       vocab_size: the tokenizer's vocabulary size.
     """
 

@@ -109,13 +109,13 @@ def sample_from_target(
 
     Args:
       target: the model.
-      prompts: int ``[B, P]``.
+      prompts: int ``[B, T]``.
       num_new: tokens to sample per row.
       key: PRNG key.
       temperature: sampling temperature (> 0).
 
     Returns:
-      int32 ``[B, P + num_new]``: the prompts followed by the samples.
+      int32 ``[B, T + num_new]``: the prompts followed by the samples.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")

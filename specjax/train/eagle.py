@@ -14,7 +14,8 @@ temperature 1 restricted and renormalised to the draft vocabulary, recomputed fr
 last-block features, and the head's law; positions in the prompt, past the end of a
 conversation, or whose next data token lies outside the draft vocabulary are masked.
 
-Letters: A feature layers read, W draft vocabulary, J training-time-test steps.
+Letters (:mod:`specjax.typing`): A feature layers read (A' stored), W draft vocabulary,
+J training-time-test steps, Z stored tokens.
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ def ttt_loss(head: EagleHead, batch: dict, ttt: int, weight: float):
 def evaluate_head(head: EagleHead, target_module, windows: Windows, batches: list[dict]) -> dict:
     """Held-out step-0 figures against the target's full law at temperature 1:
     ``agreement`` (the head's greedy token == the target's greedy token over all V ids),
-    ``overlap`` (mean Σ min(p, q), the acceptance rate of one token drafted at T = 1), and the
-    tokens counted. Masks only prompt and end positions (not the draft vocabulary)."""
+    ``overlap`` (mean Σ min(p, q), the acceptance rate of one token drafted at temperature 1), and
+    the tokens counted. Masks only prompt and end positions (not the draft vocabulary)."""
     embed = target_module.embed[...]
     rows = embed if target_module.config.tie_embeddings else target_module.lm_head[...].T
     d2t = head.d2t[...]

@@ -7,9 +7,9 @@ the same hidden states as a teacher-forced forward, so the features match what t
 when serving. Shards are ragged (``.npz``, written atomically):
 
 * ``tokens`` int32 ``[Z]``: the conversations concatenated (Z tokens in all);
-* ``offsets`` int64 ``[R + 1]`` row starts; ``prompt_lengths`` int32 ``[R]``;
-* ``features`` float16 ``[Z, A, D]``: block outputs at ``layers`` for every token;
-* ``layers`` int32 ``[A]``; ``temperature`` the sampling temperature of the responses.
+* ``offsets`` int64 ``[n + 1]`` row starts (n conversations); ``prompt_lengths`` int32 ``[n]``;
+* ``features`` float16 ``[Z, A', D]``: block outputs at ``layers`` for every token;
+* ``layers`` int32 ``[A']``; ``temperature`` the sampling temperature of the responses.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class _Sorted:
         ratio = r[drafted] / q[drafted]
         order = np.argsort(ratio, kind="stable")
         self.ratio = ratio[order]
-        self.q = np.concatenate([[0.0], np.cumsum(q[drafted][order])])  # [K + 1]
+        self.q = np.concatenate([[0.0], np.cumsum(q[drafted][order])])  # [|supp q| + 1]
         self.r = np.concatenate([[0.0], np.cumsum(r[drafted][order])])
 
     def below(self, x: np.ndarray) -> np.ndarray:

@@ -286,7 +286,7 @@ def gather_tokens(probs: Array, tokens: Array) -> Array:
 
 
 def take_row(probs: Array, index: Array) -> Array:
-    """Row ``index [B]`` of ``probs [B, R, ...]`` -> ``[B, ...]`` (e.g. ``[B, R, V]`` ->
+    """Row ``index [B]`` of ``probs [B, rows, ...]`` -> ``[B, ...]`` (e.g. ``[B, rows, V]`` ->
     ``[B, V]``, or one path of ``[B, K, L, V]`` -> ``[B, L, V]``)."""
     index = index.astype(jnp.int32).reshape(-1, *([1] * (probs.ndim - 1)))
     return jnp.take_along_axis(probs, index, axis=1)[:, 0]
@@ -297,7 +297,8 @@ BLOCK = 256
 
 
 def _blocks(x: Array, fill) -> tuple[Array, int]:
-    """``x [..., V]`` padded with ``fill`` and reshaped to ``[..., V / C, C]``; returns (x, C)."""
+    """``x [..., V]`` padded with ``fill`` and reshaped to ``[..., V / c, c]`` (c: the vocabulary
+    block size); returns (x, c)."""
     v = x.shape[-1]
     c = min(BLOCK, v)
     pad = -v % c
@@ -312,13 +313,13 @@ def argmax_first(x: Array) -> Array:
     Same result as ``jnp.argmax`` for non-NaN input, and several times faster on CPU, where
     XLA's variadic (value, index) reduction is slow. int32 ``[...]``.
     """
-    blocks, c = _blocks(x, -jnp.inf)  # [..., nb, C]
+    blocks, c = _blocks(x, -jnp.inf)  # [..., nb, c]
     block_max = jnp.max(blocks, axis=-1)  # [..., nb]
     top = jnp.max(block_max, axis=-1, keepdims=True)
     nb = block_max.shape[-1]
     j = jnp.min(jnp.where(block_max == top, jnp.arange(nb), nb), axis=-1)  # first block with it
     j = jnp.minimum(j, nb - 1)
-    inner = jnp.take_along_axis(blocks, j[..., None, None], axis=-2)[..., 0, :]  # [..., C]
+    inner = jnp.take_along_axis(blocks, j[..., None, None], axis=-2)[..., 0, :]  # [..., c]
     i = jnp.min(jnp.where(inner == top, jnp.arange(c), c), axis=-1)
     return (j * c + jnp.minimum(i, c - 1)).astype(jnp.int32)
 
@@ -351,7 +352,7 @@ def sample_weights(key: PRNGKey, weights: Array, fallback: Array) -> Array:
 def sample_with(u: Array, weights: Array, fallback: Array) -> Array:
     """Samples one token per row from unnormalised ``weights [B, V]`` given uniforms ``u [B, 2]``.
 
-    Two levels, two uniforms per row: a block of C = 256 tokens is drawn with probability
+    Two levels, two uniforms per row: a block of c = 256 tokens is drawn with probability
     proportional to its mass, then a token inside it proportional to its weight. One read of
     the weights instead of V random numbers per row. Rows whose weights have no positive mass
     (a residual that is empty up to float drift) are sampled from ``fallback [B, V]``, so the
@@ -363,10 +364,10 @@ def sample_with(u: Array, weights: Array, fallback: Array) -> Array:
     weights = jnp.maximum(weights, 0.0)
     empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0  # [B, 1]
     weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
-    blocks, c = _blocks(weights, 0.0)  # [B, nb, C]
+    blocks, c = _blocks(weights, 0.0)  # [B, nb, c]
     u = u.astype(weights.dtype)
     j = _inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])  # [B]
-    inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]  # [B, C]
+    inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]  # [B, c]
     return (j * c + _inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
 
 

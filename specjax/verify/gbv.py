@@ -96,7 +96,7 @@ def _key_bits(kappa: Array, utype) -> Array:
 
 
 def kappa_order_packed(kappa: Array) -> Array:
-    """:func:`kappa_order` for float32 ``[R, V]``: one sort of ``key bits << 32 | index``."""
+    """:func:`kappa_order` for float32 ``[rows, V]``: one sort of ``key bits << 32 | index``."""
     v = kappa.shape[-1]
     bits = _key_bits(kappa, jnp.uint32)
     with jax.enable_x64(True):  # 64-bit words inside this block only; the result is int32
@@ -139,9 +139,9 @@ def skewed_draft(p: Array, q: Array, r: Array, num_paths: int) -> Array:
       ``[..., V]`` q_skew, normalised (falls back to q if it has no mass).
     """
     shape = q.shape
-    p, q, r = p.reshape(-1, shape[-1]), q.reshape(-1, shape[-1]), r.reshape(-1)  # [R, V], [R]
-    order = kappa_order(ranking_key(p, q))  # [R, V] ascending; ties: smaller index first
-    q_sorted = jnp.take_along_axis(q, order, axis=-1)  # [R, V]
+    p, q, r = p.reshape(-1, shape[-1]), q.reshape(-1, shape[-1]), r.reshape(-1)  # [rows, V], [rows]
+    order = kappa_order(ranking_key(p, q))  # [rows, V] ascending; ties: smaller index first
+    q_sorted = jnp.take_along_axis(q, order, axis=-1)  # [rows, V]
     cdf = jnp.cumsum(q_sorted, axis=-1)  # inclusive
     scale = 1.0 / (r[:, None] + 1.0)
     a = jnp.clip((r[:, None] + cdf) * scale, 0.0, 1.0)

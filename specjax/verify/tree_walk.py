@@ -34,8 +34,8 @@ def first_true(mask: Array) -> Array:
 
 
 def take_path_row(probs: Array, path: Array, depth: int) -> Array:
-    """``probs[b, path[b], depth]`` for ``probs [B, K, R, V]`` -> ``[B, V]``: one gather of
-    whole rows (slicing ``probs[:, :, depth]`` first makes XLA:CPU copy a strided view)."""
+    """``probs[b, path[b], depth]`` for ``probs [B, K, L or L + 1, V]`` -> ``[B, V]``: one gather
+    of whole rows (slicing ``probs[:, :, depth]`` first makes XLA:CPU copy a strided view)."""
     b, k, r, v = probs.shape
     return take_row(probs.reshape(b, k * r, v), path * r + depth)
 

@@ -205,7 +205,7 @@ class SSDDrafter:
         drafted = jnp.concatenate([x, jnp.full((b, 1), -1, jnp.int32)], axis=1)  # [B, L + 1]
         vocab = jnp.arange(logits.shape[-1])[None, None, :]
         scores = jnp.where(vocab == drafted[..., None], -jnp.inf, logits.astype(jnp.float32))
-        _, top = jax.lax.top_k(scores, ssd.max_fan_out)  # [B, L + 1, F_max]
+        _, top = jax.lax.top_k(scores, ssd.max_fan_out)  # [B, L + 1, fan_max]
         k_hit, r_hit = branch_layout(ssd.fan_out)
         k_miss, r_miss = branch_layout(ssd.miss_fan_out)
         hit_layout = (state.source == FROM_CACHE)[:, None]  # [B, 1]

@@ -163,7 +163,7 @@ class SSDDraftState:
     Attributes:
       kv: the draft :class:`KVCache` (committed tokens but the last; glue and branches past it).
       cache: the :class:`SpeculationCache` built for the current round's outcome.
-      tokens: int32 ``[B, S]`` committed tokens as the draft knows them.
+      tokens: int32 ``[B, U]`` committed tokens as the draft knows them.
       lengths: int32 ``[B]``; done: bool ``[B]``.
       served: the :class:`Draft` (K = 1) being verified this round.
       source: int32 ``[B]`` where ``served`` came from (FROM_CACHE, FROM_JIT, FROM_FAST).

@@ -18,8 +18,11 @@ adds, at temperature > 0, the width controller fed 0/1 verdicts instead of Σ mi
 trees of K paths from the head's K most likely first tokens (``FeatureDrafter(top_paths=True)``,
 verified by SpecInfer) for each L. ``--prompt_bucket=256`` pads every prompt to one length, so
 that each configuration compiles once (an accelerator lease is short; prefill then scores the
-padding too, in every configuration alike). The report and JSON are rewritten after every
-prompt.
+padding too, in every configuration alike). ``--breakdown=5`` also times where a step's time goes,
+on the first prompt: each configuration's whole generation against its calls alone
+(``benchlib.decode_timing.measure_overhead``: the target's forward, the head's proposal and the
+verification, or the one-token decode), as milliseconds per loop step and as one-token steps.
+The report and JSON are rewritten after every prompt.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import statistics
 
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 from absl import app, flags
+from benchlib import decode_timing
 from benchlib.chat_prompts import CHATS
 
 from specjax.decode import DecodeConfig, generate
@@ -67,6 +71,9 @@ _BUCKET = flags.DEFINE_integer(
     None,
     "pad every prompt to this many tokens (one shape bucket: each configuration compiles once, "
     "for short accelerator leases); default: the usual power-of-two buckets",
+)
+_BREAKDOWN = flags.DEFINE_integer(
+    "breakdown", 0, "rounds timing where a step goes on the first prompt (0: not timed)"
 )
 _OUTPUT = flags.DEFINE_string("output", None, "also write the Markdown report here")
 _JSON = flags.DEFINE_string("json", None, "write every measurement here")
@@ -122,8 +129,10 @@ def main(argv):
                     DecodeConfig("specinfer", params, n),
                     top,
                 )
-        for name, text in prompts().items():
+        for i, (name, text) in enumerate(prompts().items()):
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+            if i == 0 and _BREAKDOWN.value:
+                BREAKDOWN.extend(breakdown(target, ids, temp, configs, name))
             runs = {
                 k: functools.partial(generate, target, [ids], c, d, buckets=buckets)
                 for k, (c, d) in configs.items()
@@ -161,13 +170,39 @@ def main(argv):
     print(render(records))
 
 
+BREAKDOWN: list[dict] = []
+"""``--breakdown``'s rows: one per temperature and configuration."""
+
+
+def breakdown(target, ids, temp: float, configs: dict, prompt: str) -> list[dict]:
+    """Per configuration: ms per loop step (the generation less its prefill, over its steps),
+    and each call alone, also in one-token steps of the autoregressive loop."""
+    rows, run = [], benchlib.Run()
+    for method, (config, drafter) in configs.items():
+        gen = decode_timing.Generator(target, drafter, [ids], config, 0, run)
+        steps = gen.last.metrics.target_forwards
+        m = decode_timing.measure_overhead(gen, steps, _BREAKDOWN.value, 5, run)
+        calls = {k: m[k] for k in ("decode", "forward", "propose", "verify") if k in m}
+        rows.append({
+            "temperature": temp, "method": method, "prompt": prompt, "steps": steps,
+            "block_efficiency": gen.last.metrics.block_efficiency,
+            "loop_step_ms": 1e3 * (m["generate"] - m["prefill"]) / steps,
+            **{f"{k}_ms": 1e3 * v for k, v in calls.items()},
+        })  # fmt: skip
+    unit = rows[0]["loop_step_ms"]  # the autoregressive loop's step (configs start with it)
+    for row in rows:
+        row["loop_step_in_ar_steps"] = row["loop_step_ms"] / unit
+    return rows
+
+
 def write(records: list[dict]) -> None:
     """Replaces ``--output`` and ``--json`` with the records so far."""
     if _OUTPUT.value:
         benchlib.atomic_write(_OUTPUT.value, render(records))
     if _JSON.value:
         with open(_JSON.value, "w") as f:
-            json.dump(records, f, indent=1)
+            json.dump({"records": records, "breakdown": BREAKDOWN} if BREAKDOWN else records, f,
+                      indent=1)  # fmt: skip
 
 
 def render(records: list[dict]) -> str:
@@ -212,6 +247,21 @@ def render(records: list[dict]) -> str:
             f"{r['temperature']:g}", r["prompt"], r["prompt_tokens"], r["method"],
             f"{r['tokens_per_second']:.1f}", f"{r['speedup']:.2f}", f"{r['block_efficiency']:.2f}",
         ])  # fmt: skip
+    if BREAKDOWN:
+        lines.append(f"\n## Where a step goes ({BREAKDOWN[0]['prompt']})\n")
+        cells = lambda r, k: f"{r[k]:.2f}" if k in r else "—"
+        rows = [
+            [f"{r['temperature']:g}", r["method"], r["steps"], f"{r['block_efficiency']:.2f}",
+             f"{r['loop_step_ms']:.2f}", f"{r['loop_step_in_ar_steps']:.2f}",
+             *(cells(r, f"{k}_ms") for k in ("decode", "forward", "propose", "verify"))]
+            for r in BREAKDOWN
+        ]  # fmt: skip
+        head = ["T", "method", "steps", "block eff.", "loop step ms", "in AR steps", "decode"]
+        lines.append(benchlib.table([*head, "forward", "propose", "verify"], rows))
+        lines.append(
+            "\nms per step in the compiled loop (the generation less its prefill, over its "
+            "steps), and each call timed alone on the state after prefill (medians)."
+        )
     lines.append("\n## Per prompt\n")
     lines.append(
         benchlib.table(

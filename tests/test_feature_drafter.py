@@ -169,17 +169,18 @@ class RenormalisingDrafter(FeatureDrafter):
 
 
 @pytest.mark.parametrize(
-    "cls,honest",
-    [  # Monte-Carlo over whole sequences: the slow tier
-        pytest.param(FeatureDrafter, True, marks=pytest.mark.slow),
-        pytest.param(RenormalisingDrafter, False, marks=pytest.mark.slow),
+    "cls,honest,verifier,k",
+    [  # Monte-Carlo over whole sequences: the slow tier (tests/test_draft_laws.py: the laws)
+        pytest.param(FeatureDrafter, True, "block", 1, marks=pytest.mark.slow),
+        pytest.param(FeatureDrafter, True, "gbv", 3, marks=pytest.mark.slow),
+        pytest.param(RenormalisingDrafter, False, "block", 1, marks=pytest.mark.slow),
     ],
 )
-def test_sequence_law_at_temperature_one(small_target, cls, honest):
+def test_sequence_law_at_temperature_one(small_target, cls, honest, verifier, k):
     params = sampling.SamplingParams(temperature=1.0)
     head = random_head(small_target, 3, seed=5)
-    drafter = cls(head, num_paths=1, draft_len=2, sampling=params)
-    cfg = DecodeConfig("block", params, max_new_tokens=NEW)
+    drafter = cls(head, num_paths=k, draft_len=2, sampling=params)
+    cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
     out = generate(small_target, [PROMPT] * ROWS, cfg, drafter, seed=7)
     assert out.metrics.accepted_tokens > 0.1 * ROWS
     p = chi_square_pvalue(out.tokens, exact_joint(small_target, params))

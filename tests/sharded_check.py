@@ -211,6 +211,7 @@ def main(which: str) -> None:
         assert "input_output_alias={" in text, "the verification program donates nothing"
         aliases = text.split("input_output_alias={")[1].split("\n")[0]
         assert aliases.count("may-alias") + aliases.count("must-alias") >= 2, aliases
+        assert "input_output_alias={" in programs["_commit"].as_text()  # the proposed state
         assert "input_output_alias" not in programs["_split"].as_text()
         assert programs["_split"].in_tree.num_leaves == 1
         try:

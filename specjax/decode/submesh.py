@@ -91,9 +91,10 @@ def _commit(drafter, before, after, lengths, path, tau, active):
     return drafter.commit(before, after, lengths, path, tau, active)
 
 
-DONATED = {_verify: (1,)}
+DONATED = {_verify: (1,), _commit: (2,)}
 """The arguments a step's program donates: the target's state, so that its cache is updated in
-place (the draft's cache is not: a drafter's ``commit`` reads the state before ``propose``)."""
+place, and the draft state ``propose`` returned, which only its commit reads (the state from
+before ``propose`` is read by the commit too, so the draft holds two caches between them)."""
 
 
 class _Programs:

@@ -15,7 +15,7 @@ import numpy as np
 
 from specjax.cli import interrupts, processes
 from specjax.cli.job_files import ProgressLine, ResultsFile, record, write_outputs
-from specjax.cli.job_input import Item, read_input
+from specjax.cli.job_input import Item, input_key, read_input
 from specjax.decode.batching import ContinuousBatch, Request
 
 
@@ -30,7 +30,7 @@ def is_batch_job(cfg) -> bool:
 def run_job(cfg, target, tokenizer, drafter, config, mesh, buckets, out, main: bool) -> dict:
     """Runs the batch job of ``cfg``; prints the summary and metrics; returns the metrics
     record (as ``specjax.cli.decode.run`` does)."""
-    key = "input" if cfg.input else "prompts_file"
+    key = input_key(cfg)
     items = read_input(cfg[key], tokenizer, cfg.chat, key)
     results = ResultsFile(cfg.results, cfg.resume, write=main) if cfg.results else None
     skip = np.asarray([results is not None and results.finished(i.id) for i in items])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specjax.cli.checks import ConfigError, choice, readable_file
 from specjax.cli.job_files import ResultsFile
-from specjax.cli.job_input import parse_input
+from specjax.cli.job_input import input_key, parse_input
 
 OUTPUTS = ("output", "metrics_json", "results")
 """The decode CLI's output files."""
@@ -46,7 +46,7 @@ def batch_job(cfg) -> None:
     # on resume, the records (read only: a torn last line is cut when the job starts).
     try:
         if job and not fixed:
-            key = "input" if cfg.input else "prompts_file"
+            key = input_key(cfg)
             readable_file(cfg[key], key)
             parse_input(cfg[key], key)
         if results is not None and cfg.resume and results.is_file():

@@ -36,6 +36,11 @@ class Item:
     error: str = ""
 
 
+def input_key(cfg) -> str:
+    """The config key that names a batch job's prompts: ``input``, else ``prompts_file``."""
+    return "input" if cfg.input else "prompts_file"
+
+
 def is_jsonl(path: Path) -> bool:
     """JSONL by suffix (``.jsonl``, ``.json``), else by a first non-empty line that is an object."""
     if path.suffix in (".jsonl", ".json"):

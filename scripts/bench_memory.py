@@ -71,7 +71,7 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
     from specjax.decode import DecodeConfig
     from specjax.decode.seams import constrain_state, init_state, state_shardings, step
     from specjax.drafters import ModelDrafter
-    from specjax.models import Llama, preset
+    from specjax.models import Decoder, preset
     from specjax.models.pure import PureModel
     from specjax.sampling import SamplingParams
 
@@ -84,7 +84,7 @@ def analyse(target_name: str, draft_name: str, mesh_shape: str) -> dict:
         config = preset(name, **dtypes)
         if tensor_parallel:
             sharding.check_model(config, mesh, name)
-        module = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+        module = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
         specs = sharding.param_shardings(module, mesh, replicated=not tensor_parallel)
         model = PureModel.of(module)
         placed = jax.tree.map(

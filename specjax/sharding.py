@@ -92,12 +92,27 @@ def axis_size(mesh: Mesh, name: str) -> int:
     return mesh.shape[name] if name in mesh.shape else 1
 
 
+def kv_heads_split(num_kv_heads: int, mesh: Mesh) -> bool:
+    """Whether G KV heads are split over the mesh's ``model`` axis; when the axis does not
+    divide them (Gemma 3 1B has one) they are replicated on it, as tensor-parallel engines do,
+    and each device computes the KV heads its query heads read."""
+    return num_kv_heads % axis_size(mesh, "model") == 0
+
+
+def model_rules(config, mesh: Mesh, rules=RULES):
+    """``rules`` for a model of ``config`` on ``mesh``: :data:`RULES`, with ``kv_heads``
+    replicated where the model axis does not divide them (:func:`kv_heads_split`)."""
+    if kv_heads_split(config.num_kv_heads, mesh):
+        return rules
+    return tuple((name, None if name == "kv_heads" else axis) for name, axis in rules)
+
+
 def check_model(config, mesh: Mesh, role: str = "target") -> None:
-    """Raises one clear error if the model cannot be split over the mesh's ``model`` axis."""
+    """Raises one clear error if the model cannot be split over the mesh's ``model`` axis (its
+    KV heads need not be: :func:`kv_heads_split`)."""
     m = axis_size(mesh, "model")
     for what, value in (
         ("num_heads", config.num_heads),
-        ("num_kv_heads", config.num_kv_heads),
         ("vocab_size", config.vocab_size),
         ("ffn_dim", config.ffn_dim),
     ):
@@ -131,8 +146,12 @@ def put(x, sharding: jax.sharding.Sharding) -> Array:
 
 
 def param_shardings(module: nnx.Module, mesh: Mesh, replicated: bool = False, rules=RULES):
-    """An ``nnx.State`` of NamedShardings for ``module``'s variables, from their logical axes."""
+    """An ``nnx.State`` of NamedShardings for ``module``'s variables, from their logical axes
+    (:func:`model_rules` of its config)."""
     state = nnx.state(module)
+    config = getattr(module, "config", None)
+    if config is not None and hasattr(config, "num_kv_heads"):
+        rules = model_rules(config, mesh, rules)
 
     def one(variable):
         axes = None if replicated else variable.get_metadata().get("logical_axes")
@@ -154,7 +173,8 @@ def shard_module(module: nnx.Module, mesh: Mesh, replicated: bool = False) -> nn
 
 
 def cache_spec(tensor_parallel: bool = True) -> P:
-    """PartitionSpec of a KV cache's ``k``/``v``: batch over data, KV heads over model."""
+    """PartitionSpec of a KV cache's ``k``/``v``: batch over data, KV heads over model (or
+    replicated on it: ``tensor_parallel`` False, e.g. where :func:`kv_heads_split` is not)."""
     axes = CACHE_AXES if tensor_parallel else (*CACHE_AXES[:3], None, None)
     return spec(axes)
 

@@ -96,6 +96,19 @@ class LevelMask:
         own = (rel >= 0) & (rel < self.levels * width) & (rel % width == column)
         return (s < self.visible[..., None]) | own
 
+    def distances(self, positions: Array, start: Array | int, size: int) -> Array:
+        """int ``[B, w, size]``: how many positions the node being fed in each column (at
+        ``positions [B, w]``, on the last level) lies after each of the ``size`` slots from
+        ``start``, where it may see them: a visible slot holds the position of its index (the
+        prefix is laid out from slot 0), and each level of the node's own column is one
+        position further along than the one before it."""
+        width = self.visible.shape[1]
+        s = start + jnp.arange(size)[None, None, :]  # [1, 1, size]
+        rel = s - self.scratch[:, None, None]  # [B, 1, size]
+        in_prefix = s < self.visible[..., None]  # [B, w, size]
+        levels_back = self.levels - 1 - jnp.floor_divide(rel, width)  # [B, 1, size]
+        return jnp.where(in_prefix, positions[..., None] - s, levels_back)
+
 
 def draft_kv_mask(base: Array, depth: Array, num_paths: int) -> LevelMask:
     """What path k's depth-``depth`` input may attend to: the committed prefix and its own

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models import config as cfgs
 from specjax.models.gguf_loader import permute_qk
 from specjax.models.pretrained import build_model
@@ -49,12 +49,12 @@ def vocab_tokens() -> list[str]:
     return SPECIALS + byte_chars() + [m.replace(" ", "") for m in MERGES]
 
 
-def tiny_config(**kw) -> cfgs.LlamaConfig:
+def tiny_config(**kw) -> cfgs.ModelConfig:
     return cfgs.tiny(vocab_size=len(vocab_tokens()), **kw)
 
 
 def random_params(config, seed=0) -> dict:
-    model = Llama(config, rngs=nnx.Rngs(seed))
+    model = Decoder(config, rngs=nnx.Rngs(seed))
     params = jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(model)))
     rng = np.random.default_rng(seed)
     for layer in params["layers"].values():  # non-trivial norm scales catch swapped norms

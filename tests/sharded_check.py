@@ -226,7 +226,7 @@ def main(which: str) -> None:
         import tempfile
 
         from specjax.models import load_gguf, load_on_mesh, load_pretrained
-        from specjax.models.safetensors_loader import params_to_hf
+        from specjax.models.hf_params import params_to_hf
         from tests import loader_fixtures as tl
 
         flat = lambda m: jax.tree.leaves(nnx.to_pure_dict(nnx.state(m)))

@@ -16,7 +16,7 @@ from specjax import tree
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import PROGRAMS, compile_generation, prepare
 from specjax.drafters import ModelDrafter
-from specjax.models import KVCache, Llama, attention
+from specjax.models import Decoder, KVCache, attention
 from specjax.sampling import SamplingParams
 from specjax.testing import pair, tiny_config
 
@@ -170,7 +170,7 @@ def test_model_logits_equal_one_softmax_over_the_cache(monkeypatch, smallest, ch
     """A prefill, then a tree-shaped call, on a cache of 256 slots: windows of 8 .. 256 (and, in
     the slow tier, 8-slot chunks) give the logits of the dense ``[B, T, S]`` attention within
     1e-5 (fp32)."""
-    model = Llama(tiny_config(48), rngs=nnx.Rngs(0))
+    model = Decoder(tiny_config(48), rngs=nnx.Rngs(0))
     want = prefill_then_tree(model, monkeypatch, None, 256, 48)
     got = prefill_then_tree(model, monkeypatch, smallest, 256, 48, chunk)
     for a, b in zip(got, want, strict=True):

@@ -14,7 +14,7 @@ from specjax.decode import DecodeConfig, generate
 from specjax.decode.batching import ContinuousBatch, Request
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel, truncated
 from specjax.testing import perturbed, sharpened, tiny_config
 from tests.test_feature_drafter import random_head
@@ -25,7 +25,7 @@ NEW, STOP = 20, 5
 
 @pytest.fixture(scope="module")
 def target():
-    module = sharpened(Llama(tiny_config(12, num_layers=2, name="t"), rngs=nnx.Rngs(3)), 3.0)
+    module = sharpened(Decoder(tiny_config(12, num_layers=2, name="t"), rngs=nnx.Rngs(3)), 3.0)
     return module
 
 

@@ -158,7 +158,7 @@ class _Bytes:
 
     chat_template = None
 
-    def encode(self, text):
+    def encode(self, text, add_special_tokens=True):
         return list(text.encode())
 
 

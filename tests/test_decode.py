@@ -18,7 +18,7 @@ from specjax.decode import DecodeConfig, Stream, generate
 from specjax.decode.seams import prefill_program, prepare, step
 from specjax.decode.ssd import SSDConfig, SSDDrafter
 from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
 from specjax.testing import pair, tiny_config
@@ -350,5 +350,5 @@ def test_bad_inputs_fail_clearly(models):
     with pytest.raises(ValueError, match="share one tokenizer"):
         generate(target, [[1]], cfg, NgramDrafter(50, draft_len=2))
     with pytest.raises(ValueError, match="share one tokenizer"):
-        other = PureModel.of(Llama(tiny_config(vocab=50), rngs=nnx.Rngs(0)))
+        other = PureModel.of(Decoder(tiny_config(vocab=50), rngs=nnx.Rngs(0)))
         generate(target, [[1]], cfg, ModelDrafter(other, num_paths=1, draft_len=2, sampling=GREEDY))

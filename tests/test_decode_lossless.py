@@ -18,8 +18,8 @@ from scipy import stats
 from specjax import sampling
 from specjax.decode import DecodeConfig, generate
 from specjax.drafters import ModelDrafter, NgramDrafter
-from specjax.models import Llama
-from specjax.models.pure import PureModel
+from specjax.models import Decoder
+from specjax.models.pure import PureModel, truncated
 from specjax.testing import sharpened, tiny_config
 
 V = 4
@@ -30,8 +30,8 @@ PROMPT = [1, 2, 3, 1, 2]
 
 @pytest.fixture(scope="module")
 def pair():
-    target = sharpened(Llama(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0)
-    draft = sharpened(Llama(tiny_config(V, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
+    target = sharpened(Decoder(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0)
+    draft = sharpened(Decoder(tiny_config(V, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
     return PureModel.of(target), PureModel.of(draft)
 
 
@@ -143,7 +143,7 @@ def test_a_drafter_with_nan_weights_keeps_the_target_law(pair):
     emit the target's law, report acceptance 0 (the cut drafts propose nothing) and count the
     steps; they used to accept every garbage token (acceptance 1.0, output far from p)."""
     target, _ = pair
-    module = sharpened(Llama(tiny_config(V, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
+    module = sharpened(Decoder(tiny_config(V, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
     module.embed[...] = module.embed[...].at[0].set(jnp.nan)
     draft = PureModel.of(module)
     params = sampling.SamplingParams(1.0)
@@ -180,4 +180,33 @@ def test_continuous_batching_keeps_the_target_law(pair):
     assert sorted(c.id for c in done) == list(range(ROWS))
     assert sum(c.accepted_tokens for c in done) > 0.1 * ROWS  # the drafts were really used
     rows = [c.token_ids for c in done]
+    assert chi_square_pvalue(rows, exact_joint(target, params)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verifier, k", [("block", 1), ("specinfer", 2)])
+def test_a_sliding_window_family_keeps_the_target_law(verifier, k):
+    """A Gemma-2-shaped target (a window of 2 on its first layer, shorter than the 5-token
+    prompt; ``1 + w`` and post norms, GeGLU, soft-caps, scaled embeddings) drafted by its own
+    first layer: its length-3 continuations follow its exact joint law."""
+    gemma = dict(
+        family="gemma2",
+        sliding_window=2,
+        layer_types=("sliding", "full"),
+        norm_plus_one=True,
+        post_norms=True,
+        embed_scale=True,
+        activation="gelu_tanh",
+        query_pre_attn_scalar=12.0,
+        attn_softcap=5.0,
+        final_softcap=3.0,
+    )
+    module = sharpened(Decoder(tiny_config(V, name="g", **gemma), rngs=nnx.Rngs(12)), 1.0)
+    target = PureModel.of(module)
+    params = sampling.SamplingParams(1.0)
+    cfg = DecodeConfig(verifier, params, max_new_tokens=NEW)
+    draft = PureModel.of(truncated(module, 1))
+    drafter = ModelDrafter(draft, num_paths=k, draft_len=2, sampling=params)
+    rows, accepted = sample(target, cfg, drafter, seed=7)
+    assert accepted > 0.1 * ROWS
     assert chi_square_pvalue(rows, exact_joint(target, params)) > 1e-3

@@ -18,7 +18,7 @@ from specjax import sampling
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import prefill_program, prepare, step
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.cache import KVCache
 from specjax.models.eagle import EagleConfig, EagleHead, load_head, save_head
 from specjax.models.pure import PureModel
@@ -40,7 +40,7 @@ def random_head(target: PureModel, draft_vocab: int, seed: int = 0, layers=(0, 1
 
 @pytest.fixture(scope="module")
 def target():
-    return PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    return PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ V = 4
 
 @pytest.fixture(scope="module")
 def small_target():
-    return PureModel.of(sharpened(Llama(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0))
+    return PureModel.of(sharpened(Decoder(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0))
 
 
 @jax.tree_util.register_dataclass

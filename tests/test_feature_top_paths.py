@@ -17,7 +17,7 @@ from specjax import sampling
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import prefill_program, prepare
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel
 from specjax.testing import sharpened, tiny_config
 from tests.test_decode_lossless import NEW, PROMPT, ROWS, chi_square_pvalue, exact_joint
@@ -28,7 +28,7 @@ SAMPLED = sampling.SamplingParams(temperature=1.0)
 
 @pytest.fixture(scope="module")
 def target():
-    return PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    return PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def autoregressive(target):
 
 @pytest.fixture(scope="module")
 def small_target():
-    return PureModel.of(sharpened(Llama(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0))
+    return PureModel.of(sharpened(Decoder(tiny_config(V, name="t"), rngs=nnx.Rngs(10)), 1.0))
 
 
 def test_greedy_top_paths_equal_autoregressive(target, autoregressive):

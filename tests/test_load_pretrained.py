@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specjax.models.hf_params import params_to_hf
 from specjax.models.pretrained import load_pretrained
-from specjax.models.safetensors_loader import params_to_hf, save_safetensors
+from specjax.models.safetensors_loader import save_safetensors
 from tests.loader_fixtures import TOKENS, hf_reference_logits, write_gguf
 
 

@@ -13,13 +13,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from specjax.models import config as cfgs
-from specjax.models.safetensors_loader import (
-    config_from_hf,
-    config_to_hf,
-    load_safetensors,
-    params_to_hf,
-    save_safetensors,
-)
+from specjax.models.hf_config import config_from_hf, config_to_hf
+from specjax.models.hf_params import params_to_hf
+from specjax.models.safetensors_loader import load_safetensors, save_safetensors
 from tests.loader_fixtures import assert_trees_equal, hf_reference_logits, logits_of
 
 
@@ -76,7 +72,7 @@ def test_hf_errors_name_the_fix(tmp_path, untied):
     (tmp_path / "config.json").write_text(
         json.dumps({**config_to_hf(config), "model_type": "gpt2"})
     )
-    with pytest.raises(ValueError, match='model_type is "gpt2"; specjax loads llama'):
+    with pytest.raises(ValueError, match='model_type is "gpt2"; specjax decodes llama, mistral'):
         load_safetensors(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     (tmp_path / "config.json").write_text(json.dumps(config_to_hf(config)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from specjax.models import KVCache, Llama, LlamaConfig, RopeScaling, config, rope
+from specjax.models import Decoder, KVCache, ModelConfig, RopeScaling, config, rope
 
 
 @nnx.jit
@@ -26,7 +26,7 @@ def model(request):
         cfg = config.tiny(tie_embeddings=True, rope_scaling=RopeScaling(original_max_position=16))
     else:
         cfg = config.tiny(num_heads=6, num_kv_heads=2, dim=48, tie_embeddings=False)
-    return Llama(cfg, rngs=nnx.Rngs(0))
+    return Decoder(cfg, rngs=nnx.Rngs(0))
 
 
 def rel_err(a, b):
@@ -129,8 +129,8 @@ def test_rollback_and_compaction_equal_decoding_the_accepted_tokens(model):
 
 def test_bfloat16_model_runs_close_to_fp32():
     cfg32 = config.tiny()
-    m32 = Llama(cfg32, rngs=nnx.Rngs(0))
-    m16 = Llama(dataclasses.replace(cfg32, dtype="bfloat16"), rngs=nnx.Rngs(0))
+    m32 = Decoder(cfg32, rngs=nnx.Rngs(0))
+    m16 = Decoder(dataclasses.replace(cfg32, dtype="bfloat16"), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(7), (2, 8), 0, cfg32.vocab_size)
     assert rel_err(fwd(m16, tokens), fwd(m32, tokens)) < 5e-2
 
@@ -146,13 +146,13 @@ def test_bfloat16_model_runs_close_to_fp32():
 )
 def test_full_size_presets_eval_shape_only(name):
     cfg = config.preset(name)
-    state = jax.eval_shape(lambda: nnx.state(Llama(cfg, rngs=nnx.Rngs(0))))
+    state = jax.eval_shape(lambda: nnx.state(Decoder(cfg, rngs=nnx.Rngs(0))))
     total = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(state))
     assert total == cfg.num_params
     expected = {"llama3-8b": 8.03e9, "llama3-70b": 70.55e9, "smollm2-135m": 134.5e6}
     if name in expected:
         assert abs(total / expected[name] - 1) < 1e-3
-    model = nnx.eval_shape(lambda: Llama(cfg, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
     cache = jax.eval_shape(lambda: KVCache.init(cfg, 1, 64))
     out = jax.eval_shape(lambda m, c: m(jnp.zeros((1, 4), jnp.int32), cache=c), model, cache)
     assert out[0].shape == (1, 4, cfg.vocab_size)
@@ -184,13 +184,13 @@ def test_unknown_preset_and_prompt_longer_than_cache():
     with pytest.raises(ValueError, match="unknown model preset 'llama9'"):
         config.preset("llama9")
     cfg = config.tiny()
-    model = Llama(cfg, rngs=nnx.Rngs(0))
+    model = Decoder(cfg, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="12 new tokens do not fit a KV cache of capacity 8"):
         fwd(model, jnp.zeros((1, 12), jnp.int32), cache=KVCache.init(cfg, 1, 8))
 
 
 def test_config_is_frozen():
-    cfg = LlamaConfig(vocab_size=8, dim=8, num_layers=1, num_heads=2, num_kv_heads=1, ffn_dim=8)
+    cfg = ModelConfig(vocab_size=8, dim=8, num_layers=1, num_heads=2, num_kv_heads=1, ffn_dim=8)
     assert cfg.head_dim == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.dim = 16
@@ -198,13 +198,13 @@ def test_config_is_frozen():
 
 def test_tied_logits_equal_the_dot_at_every_row_count():
     """The tied head's multiply-and-reduce (XLA:CPU, 2-7 rows) gives the dot's logits."""
-    from specjax.models import llama
+    from specjax.models import decoder
 
     key_x, key_e = jax.random.split(jax.random.key(0))
     embed = jax.random.normal(key_e, (97, 16), jnp.float32)
     for b, t in [(1, 1), (1, 2), (1, 4), (2, 3), (1, 7), (2, 4), (1, 13)]:
         x = jax.random.normal(key_x, (b, t, 16), jnp.float32)
-        got = jax.jit(llama.tied_logits)(x, embed)
+        got = jax.jit(decoder.tied_logits)(x, embed)
         want = jnp.einsum("btd,vd->btv", x, embed, precision="highest")
         assert got.shape == (b, t, 97)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ from specjax.decode.seams import (
     split_keys,
 )
 from specjax.drafters import FeatureDrafter, ModelDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams, probs_from_logits
 from specjax.testing import pair, sharpened, tiny_config
@@ -91,7 +91,7 @@ def test_the_observed_step_is_the_speculative_step(models, verifier, k):
 
 @pytest.mark.slow  # compiles a second tiny target's steps (~10 s)
 def test_the_observed_step_feeds_a_feature_drafter_as_the_step_does():
-    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    target = PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     drafter = FeatureDrafter(random_head(target, 8), num_paths=2, draft_len=3, sampling=SAMPLED)
     config = DecodeConfig("block", SAMPLED, 12)
     state = start(target, drafter, config)

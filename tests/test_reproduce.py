@@ -21,7 +21,7 @@ from specjax import verify
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import prefill_program, prepare
 from specjax.drafters import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.eagle import EagleConfig, EagleHead
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
@@ -118,7 +118,7 @@ def test_every_pair_has_sizes():
 @pytest.fixture(scope="module")
 def tiny_head_drafter():
     """A tiny target and a random feature head over 8 of its 12 ids: ``(target, make)``."""
-    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    target = PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     config = EagleConfig.for_target(target.config, (0, 1), 8)
     d2t = np.sort(np.random.default_rng(0).permutation(12)[:8])
     embed = target.module.embed[...]

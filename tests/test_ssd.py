@@ -23,7 +23,7 @@ from specjax.decode import DecodeConfig, generate
 from specjax.decode.ssd import generate_ssd, ssd_rates
 from specjax.decode.ssd.drafter import SSDConfig, SSDDrafter
 from specjax.decode.ssd.fanout import branch_layout, geometric_fan_out, parse_fan_out
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel
 from specjax.testing import pair, sharpened, tiny_config
 from tests import test_decode_lossless as lossless
@@ -91,8 +91,8 @@ def test_branches_equal_contiguous_draft_runs():
 
 @pytest.fixture(scope="module")
 def v4_pair():
-    target = sharpened(Llama(tiny_config(4, name="t"), rngs=nnx.Rngs(10)), 1.0)
-    draft = sharpened(Llama(tiny_config(4, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
+    target = sharpened(Decoder(tiny_config(4, name="t"), rngs=nnx.Rngs(10)), 1.0)
+    draft = sharpened(Decoder(tiny_config(4, num_layers=1, name="d"), rngs=nnx.Rngs(11)), 1.5)
     return PureModel.of(target), PureModel.of(draft)
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from specjax.models.gguf_tokenizer import from_gguf_metadata
 from specjax.models.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from tests.loader_fixtures import CHATML, MERGES, vocab_tokens
 
@@ -23,7 +24,7 @@ def test_tokenizer_round_trips_and_saves(tmp_path):
         "tokenizer.ggml.add_bos_token": True,
         "tokenizer.chat_template": CHATML,
     }
-    tok = Tokenizer.from_gguf_metadata(meta)
+    tok = from_gguf_metadata(meta)
     texts = ["the hello", "  spaced  out\n", "digits 12345!", "naïve café — 你好 🚀", ""]
     for text in texts:
         ids = tok.encode(text)
@@ -52,9 +53,9 @@ def test_tokenizer_round_trips_and_saves(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json"):
         Tokenizer.from_hf_dir(tmp_path)
     with pytest.raises(ValueError, match=r"tokenizer.ggml.model is 'llama'.*tokenizer.json"):
-        Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.model": "llama"})
+        from_gguf_metadata({**meta, "tokenizer.ggml.model": "llama"})
     with pytest.raises(ValueError, match=r"tokenizer.ggml.pre is 'qwen2'; supported"):
-        Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.pre": "qwen2"})
+        from_gguf_metadata({**meta, "tokenizer.ggml.pre": "qwen2"})
 
 
 def test_byte_tokenizer_round_trips(tmp_path):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from specjax.models import Llama, config
+from specjax.models import Decoder, config
 from specjax.models.tokenizer import ByteTokenizer
 from specjax.train import data as data_lib
 from specjax.train import distill
@@ -34,7 +34,7 @@ TEXT = (
 
 def byte_model(seed=0, **overrides):
     cfg = config.tiny(vocab_size=256, max_seq_len=64, **overrides)
-    return Llama(cfg, rngs=nnx.Rngs(seed))
+    return Decoder(cfg, rngs=nnx.Rngs(seed))
 
 
 def token_data():

@@ -13,7 +13,7 @@ from flax import nnx
 
 from specjax.decode import DecodeConfig, generate
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 from specjax.testing import sharpened, tiny_config
@@ -27,18 +27,22 @@ class ChatStub:
     """A tokenizer with a chat template: one id per character (mod 40) after a 2-id header."""
 
     eos_id = 1
+    stop_ids = (1,)
 
     def apply_chat_template(self, messages):
         return "#" + messages[0]["content"]
 
-    def encode(self, text):
+    def encode(self, text, add_special_tokens=True):
         return [2, 3] + [4 + ord(ch) % 40 for ch in text[1:]]
+
+    def encode_chat(self, messages):
+        return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
 
 
 @pytest.fixture(scope="module")
 def target():
     cfg = tiny_config(48, num_layers=4, name="t")
-    return PureModel.of(sharpened(Llama(cfg, rngs=nnx.Rngs(0)), 3.0))
+    return PureModel.of(sharpened(Decoder(cfg, rngs=nnx.Rngs(0)), 3.0))
 
 
 @pytest.fixture(scope="module")

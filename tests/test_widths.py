@@ -31,7 +31,7 @@ from specjax.decode.seams import (
 )
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pure import PureModel, prefill
 from specjax.testing import pair, sharpened, tiny_config
 from tests.test_decode_lossless import NEW, PROMPT, ROWS, chi_square_pvalue, exact_joint
@@ -117,7 +117,7 @@ def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
     "verifier,k", [pytest.param("block", 1, marks=SLOW), pytest.param("gbv", 3, marks=SLOW)]
 )
 def test_feature_drafter_random_widths_greedy_equals_autoregressive(verifier, k):
-    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    target = PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
     drafter = FeatureDrafter(random_head(target, 8), num_paths=k, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig(verifier, GREEDY, 24, widths=(0, 1, 3), width_policy="random")
@@ -132,7 +132,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     steps: between steps the head's cache plus its pending pairs cover the committed tokens,
     each pending pair carries the target's teacher-forced features of the position before it,
     and the tokens are the autoregressive ones."""
-    target = PureModel.of(sharpened(Llama(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
+    target = PureModel.of(sharpened(Decoder(tiny_config(12, name="t"), rngs=nnx.Rngs(3)), 3.0))
     ar = generate(target, FEATURE_PROMPTS, DecodeConfig("autoregressive", GREEDY, 24)).tokens
     drafter = FeatureDrafter(random_head(target, 8), num_paths=1, draft_len=3, sampling=GREEDY)
     cfg = DecodeConfig("block", GREEDY, 24, widths=(0, 3))

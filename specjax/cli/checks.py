@@ -88,6 +88,11 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
     from specjax.models import checkpoint  # only when a path is given
     from specjax.models.pretrained import detect_format
 
+    if not str(path).strip():
+        raise ConfigError(
+            f"{key} is empty; give a model: --config.{key}=DIR (a Hugging Face directory), a "
+            ".gguf file, a specjax checkpoint, 'smollm2' or 'random:<seed>'"
+        )
     if path.startswith("random:"):
         seed = path.split(":", 1)[1]
         if not seed.isdigit():
@@ -105,6 +110,13 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
         detect_format(where)
     except ValueError as err:
         raise ConfigError(f"{key}: {err}") from None
+    if where.is_dir() and not checkpoint.is_checkpoint(where):  # a Hugging Face directory
+        from specjax.models.safetensors_loader import read_config
+
+        try:
+            read_config(where)  # an architecture or key specjax does not implement, named
+        except ValueError as err:
+            raise ConfigError(f"{key}: {err}") from None
     if checkpoint.is_checkpoint(where):
         try:
             checkpoint.read_config(where)
@@ -117,12 +129,8 @@ def model_source(path: str, key: str, need_tokenizer: bool = False) -> None:
             )
 
 
-HF_FIELDS = {
-    "vocab_size": "vocab_size",
-    "max_seq_len": "max_position_embeddings",
-    "num_layers": "num_hidden_layers",
-}
-"""Fields of :func:`source_fields`, by their name in a Hugging Face ``config.json``."""
+SOURCE_FIELDS = ("vocab_size", "max_seq_len", "num_layers")
+"""The :class:`~specjax.models.config.ModelConfig` fields :func:`source_fields` reads."""
 
 
 def source_fields(path: str) -> dict[str, int]:
@@ -130,8 +138,6 @@ def source_fields(path: str) -> dict[str, int]:
     loading it: ``random:<seed>``, a specjax checkpoint (its config) or a Hugging Face directory
     (its ``config.json``); the fields only a load would tell (GGUF files, ``smollm2``, a source
     that is not valid) are missing."""
-    import json
-
     try:
         from specjax.models import checkpoint
 
@@ -142,14 +148,14 @@ def source_fields(path: str) -> dict[str, int]:
         elif checkpoint.is_checkpoint(where := Path(path).expanduser()):
             c = checkpoint.read_config(where)
         elif (where / "config.json").is_file():
-            raw = json.loads((where / "config.json").read_text())
-            out = {k: raw.get(hf) for k, hf in HF_FIELDS.items()}
-            return {k: v for k, v in out.items() if isinstance(v, int) and v > 0}
+            from specjax.models.safetensors_loader import read_config
+
+            c = read_config(where)
         else:
             return {}
     except (OSError, ValueError):
         return {}
-    return {k: getattr(c, k) for k in HF_FIELDS}
+    return {k: getattr(c, k) for k in SOURCE_FIELDS}
 
 
 def draft_layers(value: int, layers: int) -> None:

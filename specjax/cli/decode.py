@@ -115,10 +115,8 @@ def build(cfg, mesh=None, draft_mesh=None):
             f"target {cfg.target} has no tokenizer, so prompts cannot be encoded; give a model "
             "saved with its tokenizer"
         )
-    stop = ()
-    if cfg.stop_at_eos and tokenizer.eos_id is not None:
-        stop = (tokenizer.eos_id,)
-    stop += tuple(int(t) for t in cfg.stop_tokens)
+    stop = tokenizer.stop_ids if cfg.stop_at_eos else ()  # EOS and generation_config's
+    stop += tuple(int(t) for t in cfg.stop_tokens if int(t) not in stop)
     vocab = target_module.config.vocab_size
     outside = [t for t in stop if not 0 <= t < vocab]
     if outside:
@@ -188,7 +186,7 @@ def read_prompts(cfg, tokenizer) -> tuple[list[str], list[list[int]]]:
         if tokenizer.chat_template is None:
             raise ValueError("chat=True but the tokenizer has no chat template; set chat=False")
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
-    ids = [tokenizer.encode(t) for t in texts]
+    ids = [tokenizer.encode(t, add_special_tokens=not cfg.chat) for t in texts]  # see encode_chat
     return texts, ids
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from flax import nnx
 
 from specjax.cli import validate
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.pretrained import load_pretrained
 from specjax.train import corpus, data, distill
 from specjax.train.export import export_run
@@ -50,7 +50,7 @@ def run(cfg) -> dict:
         train_data = target_samples(target.model, token_data, cfg)
     else:
         train_data = token_data
-    draft = Llama(model_cfg, rngs=nnx.Rngs(cfg.seed))
+    draft = Decoder(model_cfg, rngs=nnx.Rngs(cfg.seed))
     print(
         f"draft {model_cfg.name}: {model_cfg.num_params:,} parameters, loss {cfg.loss}, "
         f"data {cfg.data}",

@@ -173,7 +173,7 @@ def _encoded(rid, text: str | None, messages, tokenizer, chat: bool) -> Item:
             text = tokenizer.apply_chat_template(messages)
         except Exception as err:  # a template's own complaint about the messages
             return Item(rid, "", None, f"the chat template failed: {err}")
-    ids = tokenizer.encode(text)
+    ids = tokenizer.encode(text, add_special_tokens=messages is None)  # see encode_chat
     if not ids:
         return Item(rid, text, None, "the prompt encodes to no tokens; give some text")
     return Item(rid, text, ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flax import nnx
 
 from specjax.cli import validate
-from specjax.models import Llama
+from specjax.models import Decoder
 from specjax.models.tokenizer import ByteTokenizer
 from specjax.train import corpus, data
 from specjax.train.export import export_run
@@ -27,7 +27,7 @@ def run(cfg) -> dict:
     token_data = data.tokenize(docs, tokenizer, cfg.val_fraction)
     model_cfg = validate.model_config(cfg)
     data.check_vocab(token_data.vocab_size, model_cfg.vocab_size)
-    model = Llama(model_cfg, rngs=nnx.Rngs(cfg.seed))
+    model = Decoder(model_cfg, rngs=nnx.Rngs(cfg.seed))
     print(
         f"model {model_cfg.name}: {model_cfg.num_params:,} parameters; corpus "
         f"{len(token_data.train):,} train / {len(token_data.val):,} held-out tokens",

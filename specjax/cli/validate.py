@@ -82,6 +82,13 @@ def check_decode(cfg) -> None:
     model_source(cfg.target, "target", need_tokenizer=True)
     if drafter == "model":
         model_source(cfg.draft, "draft")
+        sizes = source_vocab(cfg.target), source_vocab(cfg.draft)
+        if None not in sizes and sizes[0] != sizes[1]:
+            raise ConfigError(
+                f"draft {cfg.draft} has vocab_size {sizes[1]} but the target {sizes[0]}; a "
+                "draft model must share the target's tokenizer and vocabulary (give a draft "
+                "of the same family, or drafter=ngram / self)"
+            )
     if config.speculative and cfg.mode != "ssd":  # (SSD's own tree: checked once it loads)
         source_limits(cfg, drafter, tree_positions(k_paths, l_len))
     else:
@@ -323,10 +330,10 @@ def check_distill(cfg) -> None:
 
 
 def model_config(cfg):
-    """The :class:`LlamaConfig` of ``cfg.model``; unknown or bad fields are one error."""
-    from specjax.models import LlamaConfig
+    """The :class:`ModelConfig` of ``cfg.model``; unknown or bad fields are one error."""
+    from specjax.models import ModelConfig
 
-    return _build(LlamaConfig, cfg.model, "model")
+    return _build(ModelConfig, cfg.model, "model")
 
 
 def train_config(cfg):

@@ -28,12 +28,12 @@ from specjax.decode.inputs import check_config
 from specjax.decode.loop import Generation
 from specjax.decode.ssd.drafter import SSDDrafter
 from specjax.drafters.base import Drafter
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure
 
 
 def generate(
-    target: PureModel | Llama,
+    target: PureModel | Decoder,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     drafter: Drafter | SSDDrafter | None = None,
@@ -47,7 +47,7 @@ def generate(
     """Generates for every prompt; compiled programs are kept per shape bucket.
 
     Args:
-      target: the target model (a :class:`~specjax.models.Llama` as loaded, or its
+      target: the target model (a :class:`~specjax.models.Decoder` as loaded, or its
         :class:`PureModel`).
       prompts: token ids per row (any lengths >= 1).
       config: the :class:`DecodeConfig` (``verifier="autoregressive"`` for the baseline).

@@ -30,7 +30,7 @@ from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, ProgramCache
 from specjax.decode.state import DecodeState, check_target
 from specjax.drafters.base import catches_up
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
@@ -70,7 +70,7 @@ class Generation:
 
 
 def compile_generation(
-    target: PureModel | Llama,
+    target: PureModel | Decoder,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     drafter=None,
@@ -354,7 +354,7 @@ class Run:
 
 
 def generate(
-    target: PureModel | Llama,
+    target: PureModel | Decoder,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,
     drafter=None,
@@ -366,7 +366,7 @@ def generate(
     ``lax.while_loop``), compiled once per shape bucket.
 
     Args:
-      target: the target model (a :class:`~specjax.models.Llama` as loaded, or its
+      target: the target model (a :class:`~specjax.models.Decoder` as loaded, or its
         :class:`PureModel`).
       prompts: token ids per row (any lengths >= 1).
       config: the :class:`DecodeConfig` (``verifier="autoregressive"`` for the baseline).

@@ -58,18 +58,21 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
         per_row = {k: rows(getattr(state.control, k)) for k in per_row}
         fields["control"] = dataclasses.replace(control, **per_row)
 
-    def cache_layout(tensor_parallel: bool) -> KVCache:
-        kv = NamedSharding(mesh, sharding.cache_spec(tensor_parallel))
+    def cache_layout(cache: KVCache, tensor_parallel: bool) -> KVCache:
+        split = tensor_parallel and sharding.kv_heads_split(cache.k.shape[3], mesh)
+        kv = NamedSharding(mesh, sharding.cache_spec(split))
         return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
 
     draft = state.draft_state
     if isinstance(draft, KVCache):
-        draft = cache_layout(draft_tp)
+        draft = cache_layout(draft, draft_tp)
     elif isinstance(draft, FeatureState):  # a replicated head: its cache split over rows only
-        draft = FeatureState(cache_layout(False), rows(draft.pending), rows(draft.num_pending))
+        pending = rows(draft.pending), rows(draft.num_pending)
+        draft = FeatureState(cache_layout(draft.cache, False), *pending)
     else:
         draft = jax.tree.map(rows, draft)
-    return state.replace(**fields, target_cache=cache_layout(True), draft_state=draft)
+    target = cache_layout(state.target_cache, True)
+    return state.replace(**fields, target_cache=target, draft_state=draft)
 
 
 def constrain_state(state: DecodeState, mesh: Mesh | None, draft_tp: bool) -> DecodeState:

@@ -16,7 +16,7 @@ from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.loop import Generation, Run
 from specjax.decode.state import DecodeState, check_target
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel
 
 
@@ -30,7 +30,7 @@ class Stream:
 
     def __init__(
         self,
-        target: PureModel | Llama,
+        target: PureModel | Decoder,
         prompts: Sequence[Sequence[int]],
         config: DecodeConfig,
         drafter=None,

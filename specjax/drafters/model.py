@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from specjax import sampling, sharding, tree
 from specjax.drafters.base import Draft, check_types
 from specjax.models.cache import KVCache
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure, prefill
 from specjax.typing import Array, PRNGKey
 
@@ -37,7 +37,7 @@ class ModelDrafter:
     argument after the model is keyword-only (the order every drafter shares).
 
     Attributes:
-      model: the draft model (:class:`PureModel`, or a :class:`Llama` as loaded, split on
+      model: the draft model (:class:`PureModel`, or a :class:`Decoder` as loaded, split on
         construction; its weights are pytree leaves).
       num_paths: K.
       draft_len: L.
@@ -55,7 +55,7 @@ class ModelDrafter:
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
-        if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
+        if isinstance(self.model, Decoder):  # a model as loaded: split it (nothing copied)
             object.__setattr__(self, "model", as_pure(self.model))
         if not isinstance(self.model, PureModel):
             raise TypeError(f"ModelDrafter: model must be a Llama or PureModel, got {self.model!r}")

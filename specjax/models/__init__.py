@@ -2,10 +2,10 @@
 (GGUF, Hugging Face safetensors, orbax checkpoints) and tokenizers."""
 
 from specjax.models.cache import KVCache
-from specjax.models.config import LlamaConfig, RopeScaling, preset
+from specjax.models.config import ModelConfig, RopeScaling, preset
+from specjax.models.decoder import Decoder
 from specjax.models.fetch import fetch_smollm2
 from specjax.models.gguf_loader import load_gguf
-from specjax.models.llama import Llama
 from specjax.models.pairs import ShippedPair, load_pair
 from specjax.models.pretrained import Pretrained, build_model, load_pretrained
 from specjax.models.pure import PureModel, truncated
@@ -15,9 +15,9 @@ from specjax.models.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
     "ByteTokenizer",
+    "Decoder",
     "KVCache",
-    "Llama",
-    "LlamaConfig",
+    "ModelConfig",
     "Pretrained",
     "PureModel",
     "RopeScaling",

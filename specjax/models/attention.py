@@ -64,6 +64,44 @@ def allowed_slots(lengths: Array, new_mask: Array, width: int, start: Array | in
     return (s < lengths[:, None])[:, None, :] | among_new
 
 
+def slot_distances(lengths: Array, positions: Array, width: int, start: Array | int = 0) -> Array:
+    """int ``[B, T, X]``: how many positions each new token (at ``positions [B, T]``) lies after
+    each of the ``width`` slots from ``start``. A committed slot holds the position of its index
+    (every prefix is laid out from slot 0); a new token's slot, the position it was given."""
+    t = positions.shape[1]
+    s = start + jnp.arange(width)[None, :]  # [1, X]
+    rel = s - lengths[:, None]  # [B, X]
+    new_pos = jnp.take_along_axis(positions, jnp.clip(rel, 0, t - 1), axis=1)  # [B, X]
+    key_pos = jnp.where((rel >= 0) & (rel < t), new_pos, s)  # [B, X]
+    return positions[:, :, None] - key_pos[:, None, :]
+
+
+def visible_slots(
+    lengths: Array,
+    new_mask: Array,
+    kv_mask,
+    width: int,
+    start: Array | int = 0,
+    *,
+    positions: Array | None = None,
+    window: int | None = None,
+) -> Array:
+    """bool ``[B, T, X]``: the slots each new token attends to among the ``width`` from
+    ``start``: what ``kv_mask`` (else ``new_mask``) allows, and with a sliding ``window`` only
+    those fewer than ``window`` positions before the token's own (``positions [B, T]``)."""
+    if kv_mask is None:
+        allowed = allowed_slots(lengths, new_mask, width, start)
+    else:
+        allowed = kv_mask.allowed(start, width)
+    if window is None:
+        return allowed
+    if kv_mask is None:
+        dist = slot_distances(lengths, positions, width, start)
+    else:
+        dist = kv_mask.distances(positions, start, width)
+    return allowed & (dist < window)
+
+
 def attend(
     q: Array,  # [B, T, G, R, E]
     cache_k: Array,  # [N, B, S, G, E] the stacked cache of every layer, the T new keys written
@@ -76,6 +114,9 @@ def attend(
     scale: float,
     dtype,
     smallest: int | None = None,
+    positions: Array | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> Array:
     """Attention of T new tokens over the live part of layer ``layer``'s cache (module
     docstring): :func:`attend_chunks`, or :func:`attend_windows` when :data:`CHUNK` is 0. The
@@ -95,14 +136,31 @@ def attend(
       scale: the score scale (``head_dim ** -0.5``).
       dtype: the compute dtype of the products with keys and values.
       smallest: :func:`attend_windows`' smallest window (default :data:`MIN_WINDOW`).
+      positions: int ``[B, T]`` the new tokens' positions; needed with ``window``.
+      window: a sliding layer's W: a token sees only keys fewer than W positions before its
+        own (counted from its own position, so a draft tree's deeper nodes see less of the
+        prefix), or None.
+      softcap: scores become ``softcap * tanh(score / softcap)`` before the mask, or None.
 
     Returns:
       ``[B, T, G, R, E]`` in ``dtype``.
     """
+    if window is not None and positions is None:
+        raise ValueError("a sliding window needs the new tokens' positions")
     args = (q, cache_k, cache_v, layer, lengths, new_mask, kv_mask)
+    rule = dict(positions=positions, window=window, softcap=softcap)
     if CHUNK:
-        return attend_chunks(*args, scale=scale, dtype=dtype)
-    return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest)
+        return attend_chunks(*args, scale=scale, dtype=dtype, **rule)
+    return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest, **rule)
+
+
+def scores_of(q: Array, k: Array, scale: float, softcap: float | None, dtype) -> Array:
+    """fp32 scores ``[B, G, R, T, X]`` of ``q [B, T, G, R, E]`` against ``k [B, X, G, E]``:
+    scaled, and soft-capped when ``softcap`` is set."""
+    scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype)).astype(jnp.float32) * scale
+    if softcap is not None:
+        scores = softcap * jnp.tanh(scores / softcap)
+    return scores
 
 
 def attend_windows(
@@ -117,21 +175,21 @@ def attend_windows(
     scale: float,
     dtype,
     smallest: int | None = None,
+    positions: Array | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> Array:
     """:func:`attend` over a static window of the first X slots, chosen on device from
     :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`). Each window reads
     its own slice of the stacked cache, so no layer's cache is an operand of the switch."""
     t = q.shape[1]
 
-    def window(w: int):
-        def run(q, cache_k, cache_v, lengths, new_mask, kv_mask):
-            if kv_mask is None:
-                allowed = allowed_slots(lengths, new_mask, w)  # [B, T, X]
-            else:
-                allowed = kv_mask.allowed(0, w)  # [B, T, X]
+    def over(w: int):
+        def run(q, cache_k, cache_v, lengths, new_mask, kv_mask, positions):
+            rule = dict(positions=positions, window=window)
+            allowed = visible_slots(lengths, new_mask, kv_mask, w, **rule)  # [B, T, X]
             k, v = cache_k[layer, :, :w], cache_v[layer, :, :w]  # [B, X, G, E]
-            scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype))
-            scores = scores.astype(jnp.float32) * scale
+            scores = scores_of(q, k, scale, softcap, dtype)
             scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [B, G, R, T, X]
             return jnp.einsum("bgrtx,bxge->btgre", probs, v.astype(dtype))
@@ -139,12 +197,12 @@ def attend_windows(
         return run
 
     sizes = windows(cache_k.shape[2], MIN_WINDOW if smallest is None else smallest)
-    args = (q, cache_k, cache_v, lengths, new_mask, kv_mask)
+    args = (q, cache_k, cache_v, lengths, new_mask, kv_mask, positions)
     if len(sizes) == 1:
-        return window(sizes[0])(*args)
+        return over(sizes[0])(*args)
     needed = jnp.max(lengths) + t  # the longest row after this call
     index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), needed, side="left")
-    return lax.switch(index, [window(w) for w in sizes], *args)
+    return lax.switch(index, [over(w) for w in sizes], *args)
 
 
 def attend_chunks(
@@ -159,6 +217,9 @@ def attend_chunks(
     scale: float,
     dtype,
     chunk: int | None = None,
+    positions: Array | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> Array:
     """:func:`attend` as a loop over chunks of ``chunk`` slots (default :data:`CHUNK`), only as
     many as the longest row needs, each merged into a running maximum, sum and weighted sum of
@@ -178,13 +239,11 @@ def attend_chunks(
         at, size = (layer, 0, start, 0, 0), (1, b, chunk, *cache_k.shape[3:])
         k = lax.dynamic_slice(cache_k, at, size)[0]  # [B, X, G, E]: only the chunk is read
         v = lax.dynamic_slice(cache_v, at, size)[0]
-        if kv_mask is None:
-            allowed = allowed_slots(lengths, new_mask, chunk, start)  # [B, T, X]
-        else:
-            allowed = kv_mask.allowed(start, chunk)  # [B, T, X]
+        rule = dict(positions=positions, window=window)
+        allowed = visible_slots(lengths, new_mask, kv_mask, chunk, start, **rule)  # [B, T, X]
         slots = start + jnp.arange(chunk)  # [X]
         allowed = allowed & (slots >= i * chunk)[None, None, :]  # not counted twice
-        scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype)).astype(jnp.float32) * scale
+        scores = scores_of(q, k, scale, softcap, dtype)
         mask = allowed[:, None, None]  # [B, 1, 1, T, X]
         new_top = jnp.maximum(top, jnp.max(jnp.where(mask, scores, low), axis=-1))
         probs = jnp.where(mask, jnp.exp(scores - new_top[..., None]), 0.0)

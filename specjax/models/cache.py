@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from specjax.models.config import LlamaConfig
+from specjax.models.config import ModelConfig
 from specjax.typing import Array
 
 
@@ -37,7 +37,7 @@ class KVCache:
 
     @classmethod
     def init(
-        cls, config: LlamaConfig, batch: int, capacity: int | None = None, dtype=None
+        cls, config: ModelConfig, batch: int, capacity: int | None = None, dtype=None
     ) -> KVCache:
         """An empty cache for ``batch`` rows of ``capacity`` slots (default config.max_seq_len)."""
         capacity = config.max_seq_len if capacity is None else capacity

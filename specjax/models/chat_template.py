@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping, Sequence
 
@@ -18,14 +19,19 @@ def is_chatml(template: str) -> bool:
 
 
 def render_chat_template(
-    template: str | None, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    template: str | None,
+    messages: Sequence[Mapping[str, str]],
+    add_generation_prompt: bool = True,
+    specials: Mapping[str, str | None] | None = None,
 ) -> str:
     """Renders ``messages`` with a chat template (ChatML natively, others with jinja2).
 
     ChatML: every message becomes ``<|im_start|>{role}\\n{content}<|im_end|>\\n``; when the template
     carries a default system prompt (SmolLM2's "You are a helpful AI assistant named SmolLM...")
     it is prepended if the conversation does not start with a system message; the generation
-    prompt is ``<|im_start|>assistant\\n``.
+    prompt is ``<|im_start|>assistant\\n``. Other templates see what transformers gives them:
+    ``messages``, ``add_generation_prompt``, the ``specials`` (``bos_token``, ``eos_token``),
+    ``raise_exception``, ``strftime_now`` and the ``loopcontrols`` extension.
 
     Raises:
       ValueError: no template, malformed messages, or a non-ChatML template without jinja2.
@@ -47,10 +53,23 @@ def render_chat_template(
             "this chat template is not ChatML, which is the only kind specjax renders natively; "
             "`pip install jinja2` to render any Jinja chat template"
         ) from None
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(
-        messages=list(messages), add_generation_prompt=add_generation_prompt
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    try:
+        return env.from_string(template).render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            **{k: v for k, v in (specials or {}).items() if v is not None},
+        )
+    except jinja2.TemplateError as e:
+        raise ValueError(f"the chat template failed: {e}") from e
+
+
+def _raise(message: str):
+    raise ValueError(f"the chat template refused the conversation: {message}")
 
 
 def _render_chatml(template: str, messages, add_generation_prompt: bool) -> str:

@@ -4,7 +4,7 @@ any sharding.
 Layout of a checkpoint directory::
 
     <path>/params/                  orbax StandardCheckpointHandler (OCDBT) tree of the params
-    <path>/config.json              the LlamaConfig (dataclasses.asdict)
+    <path>/config.json              the ModelConfig (dataclasses.asdict)
     <path>/tokenizer/               optional, TokenizerBase.save()
     <path>/specjax_checkpoint.json  manifest, written last
 
@@ -30,8 +30,8 @@ from flax import nnx
 
 from specjax.errors import first_line
 from specjax.files import write_json
-from specjax.models.config import LlamaConfig, RopeScaling
-from specjax.models.safetensors_loader import param_shapes
+from specjax.models.config import ModelConfig, RopeScaling
+from specjax.models.hf_params import param_shapes
 from specjax.models.tokenizer import TokenizerBase, load_tokenizer
 
 MANIFEST = "specjax_checkpoint.json"
@@ -39,17 +39,19 @@ FORMAT = "specjax-llama-checkpoint"
 VERSION = 1
 
 
-def config_to_json(config: LlamaConfig) -> dict:
-    """A JSON-serialisable dict of a :class:`LlamaConfig`."""
+def config_to_json(config: ModelConfig) -> dict:
+    """A JSON-serialisable dict of a :class:`ModelConfig`."""
     return dataclasses.asdict(config)
 
 
-def config_from_json(obj: dict) -> LlamaConfig:
+def config_from_json(obj: dict) -> ModelConfig:
     """Inverse of :func:`config_to_json`."""
     obj = dict(obj)
-    if obj.get("rope_scaling") is not None:
-        obj["rope_scaling"] = RopeScaling(**obj["rope_scaling"])
-    return LlamaConfig(**obj)
+    for key in ("rope_scaling", "local_rope_scaling"):
+        if obj.get(key) is not None:
+            obj[key] = RopeScaling(**obj[key])
+    obj["layer_types"] = tuple(obj.get("layer_types", ()))
+    return ModelConfig(**obj)
 
 
 def to_params(params_or_model) -> dict:
@@ -64,15 +66,15 @@ def to_params(params_or_model) -> dict:
 def save(
     path: str | Path,
     params,
-    config: LlamaConfig,
+    config: ModelConfig,
     tokenizer: TokenizerBase | None = None,
 ) -> Path:
     """Saves params, config and tokenizer to ``path`` atomically (replacing a previous one).
 
     Args:
       path: the checkpoint directory.
-      params: the params dict (see :mod:`specjax.models.safetensors_loader`), an ``nnx.State``
-        or a :class:`~specjax.models.llama.Llama`; jax or NumPy leaves, any sharding.
+      params: the params dict (see :mod:`specjax.models.hf_params`), an ``nnx.State``
+        or a :class:`~specjax.models.decoder.Decoder`; jax or NumPy leaves, any sharding.
       config: the model's configuration.
       tokenizer: optional tokenizer saved alongside.
 
@@ -177,8 +179,8 @@ def restore(path: str | Path, sharding=None):
     return config, params, tokenizer
 
 
-def read_config(path: str | Path) -> LlamaConfig:
-    """The :class:`LlamaConfig` of the checkpoint at ``path``, without reading the params.
+def read_config(path: str | Path) -> ModelConfig:
+    """The :class:`ModelConfig` of the checkpoint at ``path``, without reading the params.
 
     Raises:
       ValueError: ``path`` is not a complete specjax checkpoint.
@@ -231,7 +233,7 @@ def _int_keys(tree):
     return tree
 
 
-def _check_shapes(params, config: LlamaConfig, where: str) -> None:
+def _check_shapes(params, config: ModelConfig, where: str) -> None:
     is_shape = lambda x: isinstance(x, tuple)
     want_flat = dict(
         jax.tree_util.tree_flatten_with_path(param_shapes(config), is_leaf=is_shape)[0]

@@ -34,8 +34,8 @@ from flax import nnx
 
 from specjax.models import attention
 from specjax.models.cache import KVCache, write_slots
-from specjax.models.config import LlamaConfig
-from specjax.models.rope import apply_rope
+from specjax.models.config import ModelConfig
+from specjax.models.rope import apply_rope, inverse_frequencies
 from specjax.typing import Array
 
 
@@ -80,7 +80,7 @@ class EagleConfig:
 
     @classmethod
     def for_target(
-        cls, target: LlamaConfig, feature_layers, draft_vocab: int, ffn_dim: int | None = None
+        cls, target: ModelConfig, feature_layers, draft_vocab: int, ffn_dim: int | None = None
     ) -> EagleConfig:
         """The head for ``target``: its width, heads and RoPE; ``feature_layers`` read."""
         return cls(
@@ -103,19 +103,9 @@ class EagleConfig:
         return 1
 
     @property
-    def rope(self) -> LlamaConfig:
-        """A config carrying this head's RoPE settings (for :func:`apply_rope`)."""
-        return LlamaConfig(
-            vocab_size=self.vocab_size,
-            dim=self.dim,
-            num_layers=1,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            ffn_dim=self.ffn_dim,
-            head_dim=self.head_dim,
-            rope_theta=self.rope_theta,
-            norm_eps=self.norm_eps,
-        )
+    def inverse_frequencies(self) -> np.ndarray:
+        """``[E/2]`` the head's RoPE inverse frequencies (for :func:`apply_rope`)."""
+        return inverse_frequencies(self.head_dim, self.rope_theta, None)
 
     @property
     def compute_dtype(self):
@@ -201,7 +191,8 @@ class EagleHead(nnx.Module):
         q = jnp.einsum("bti,ihe->bthe", inp, self.wq[...])
         k = jnp.einsum("bti,ige->btge", inp, self.wk[...])
         v = jnp.einsum("bti,ige->btge", inp, self.wv[...])
-        return apply_rope(q, positions, c.rope), apply_rope(k, positions, c.rope), v
+        inv = c.inverse_frequencies
+        return apply_rope(q, positions, inv), apply_rope(k, positions, inv), v
 
     def finish(self, g: Array, attn: Array) -> tuple[Array, Array]:
         """``(h [B, T, D], logits [B, T, W])`` from the attention output ``[B, T, H, E]``."""
@@ -234,13 +225,13 @@ class EagleHead(nnx.Module):
           positions: ``[B, T]`` rotary positions (default ``lengths + arange(T)``).
           attn_mask: bool ``[B, T, T]`` among the new pairs (default causal).
           kv_mask: a :class:`specjax.tree.LevelMask` overriding ``attn_mask`` (a draft tree,
-            as :class:`~specjax.models.Llama`).
+            as :class:`~specjax.models.Decoder`).
           last: optional int ``[B]``: only pair ``last[b]`` of each row is wanted, and it
             sees the pairs before it (causal; no ``attn_mask`` or ``kv_mask`` then). Every
             pair's keys and values are still written, but the query, the attention, the MLP and
             the output head run on that one row: ``h [B, 1, D]``, ``logits [B, 1, W]``. (A
             drafter feeding its pending pairs needs the last one's outputs only; on XLA:CPU a
-            one-row product is also the faster kernel, ``models.llama.tied_logits``.)
+            one-row product is also the faster kernel, ``models.decoder.tied_logits``.)
 
         Returns:
           ``(h [B, T, D], logits [B, T, W], cache)`` with ``lengths + T`` (``T`` is 1 in ``h``

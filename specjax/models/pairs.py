@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from specjax.models.decoder import Decoder
 from specjax.models.eagle import load_head
-from specjax.models.llama import Llama
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model
 from specjax.models.tokenizer import TokenizerBase
@@ -48,7 +48,7 @@ class ShippedPair:
     Attributes:
       name: one of :data:`NAMES`.
       target: the target model.
-      target_module: the target as its :class:`Llama` module (``truncated`` takes it; its arrays
+      target_module: the target as its :class:`Decoder` module (``truncated`` takes it; its arrays
         are ``target``'s).
       draft: the draft model (a :class:`PureModel` of the draft Llama, the self-draft or the
         feature head); None for ``smollm2``, whose n-gram drafter needs no model.
@@ -57,7 +57,7 @@ class ShippedPair:
 
     name: str
     target: PureModel
-    target_module: Llama
+    target_module: Decoder
     draft: PureModel | None
     tokenizer: TokenizerBase
 

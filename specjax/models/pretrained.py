@@ -11,9 +11,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models import checkpoint
-from specjax.models.config import LlamaConfig
+from specjax.models.config import ModelConfig
+from specjax.models.decoder import Decoder
 from specjax.models.gguf_loader import load_gguf
-from specjax.models.llama import Llama
 from specjax.models.safetensors_loader import load_safetensors, with_dtype
 from specjax.models.tokenizer import TokenizerBase
 
@@ -23,14 +23,14 @@ class Pretrained:
     """A loaded model.
 
     Attributes:
-      config: its :class:`LlamaConfig`.
-      model: the :class:`Llama` holding the weights; ``model(tokens [B, T])`` -> logits
+      config: its :class:`ModelConfig`.
+      model: the :class:`Decoder` holding the weights; ``model(tokens [B, T])`` -> logits
         ``[B, T, V]``.
       tokenizer: its tokenizer, or None when the source had none.
     """
 
-    config: LlamaConfig
-    model: Llama = dataclasses.field(repr=False)
+    config: ModelConfig
+    model: Decoder = dataclasses.field(repr=False)
     tokenizer: TokenizerBase | None = dataclasses.field(default=None, repr=False)
 
     @property
@@ -43,14 +43,14 @@ class Pretrained:
         return checkpoint.save(path, self.model, self.config, self.tokenizer)
 
 
-def build_model(config: LlamaConfig, params: dict) -> Llama:
-    """A :class:`Llama` holding ``params`` (no random initialisation is run).
+def build_model(config: ModelConfig, params: dict) -> Decoder:
+    """A :class:`Decoder` holding ``params`` (no random initialisation is run).
 
     Args:
       config: the configuration; leaves are cast to ``config.param_dtype``.
       params: the params dict (NumPy or jax leaves; jax leaves keep their sharding).
     """
-    abstract = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     dtype = config.weight_dtype
 

@@ -14,14 +14,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.cache import KVCache
-from specjax.models.config import LlamaConfig
-from specjax.models.llama import Llama
+from specjax.models.config import ModelConfig
+from specjax.models.decoder import Decoder
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PureModel:
-    """A split :class:`Llama`: static ``graphdef`` (and the module's ``config``) plus ``state``
+    """A split :class:`Decoder`: static ``graphdef`` (and the module's ``config``) plus ``state``
     leaves.
 
     Call it exactly like the module: ``model(tokens, cache=..., positions=..., attn_mask=...)``.
@@ -31,20 +31,20 @@ class PureModel:
     state: nnx.State
     # The module's config, read once: rebuilding the module (:attr:`module`) to read it took
     # ~0.2-1 ms of host time per access, several per generate call.
-    config: LlamaConfig = dataclasses.field(default=None, metadata=dict(static=True))
+    config: ModelConfig = dataclasses.field(default=None, metadata=dict(static=True))
 
     def __post_init__(self):
         if self.config is None:
             object.__setattr__(self, "config", self.module.config)
 
     @classmethod
-    def of(cls, module: Llama) -> PureModel:
+    def of(cls, module: Decoder) -> PureModel:
         """Splits ``module`` (its arrays are shared, not copied)."""
         graphdef, state = nnx.split(module)
         return cls(graphdef, state, module.config)
 
     @property
-    def module(self) -> Llama:
+    def module(self) -> Decoder:
         """The module rebuilt from graphdef and state."""
         return nnx.merge(self.graphdef, self.state)
 
@@ -52,13 +52,13 @@ class PureModel:
         return self.module(*args, **kwargs)
 
 
-def as_pure(model: PureModel | Llama) -> PureModel:
-    """``model`` as a :class:`PureModel` (a :class:`Llama` as loaded is split, nothing copied),
+def as_pure(model: PureModel | Decoder) -> PureModel:
+    """``model`` as a :class:`PureModel` (a :class:`Decoder` as loaded is split, nothing copied),
     so every public entry point takes either."""
     return model if isinstance(model, PureModel) else PureModel.of(model)
 
 
-def truncated(module: Llama, num_layers: int) -> Llama:
+def truncated(module: Decoder, num_layers: int) -> Decoder:
     """A layer-truncated self-draft: the first ``num_layers`` blocks of ``module`` with its
     embedding, final norm and head (weights shared, nothing copied).
 
@@ -71,9 +71,12 @@ def truncated(module: Llama, num_layers: int) -> Llama:
             f"a self-draft keeps 1 .. {full - 1} of the target's {full} layers, got {num_layers}"
         )
     config = dataclasses.replace(
-        module.config, num_layers=num_layers, name=f"{module.config.name}[:{num_layers}]"
+        module.config,
+        num_layers=num_layers,
+        layer_types=module.config.layer_types[:num_layers],
+        name=f"{module.config.name}[:{num_layers}]",
     )
-    draft = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+    draft = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
     draft.embed = module.embed
     draft.norm = module.norm
     draft.layers = nnx.List(list(module.layers)[:num_layers])
@@ -83,7 +86,11 @@ def truncated(module: Llama, num_layers: int) -> Llama:
 
 
 def prefill(
-    model: PureModel | Llama, prompts, prompt_lengths, capacity: int, features: tuple[int, ...] = ()
+    model: PureModel | Decoder,
+    prompts,
+    prompt_lengths,
+    capacity: int,
+    features: tuple[int, ...] = (),
 ):
     """The KV cache of every prompt but its last token (which the first step feeds).
 

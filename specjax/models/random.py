@@ -6,13 +6,13 @@ from __future__ import annotations
 from flax import nnx
 
 from specjax.models import config
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 
 RANDOM_VOCAB = 256
 """V of :func:`random_model` (byte-level), the vocabulary of a ``random:<seed>`` source."""
 
 
-def random_config(seed: int, num_layers: int = 2, **overrides) -> config.LlamaConfig:
+def random_config(seed: int, num_layers: int = 2, **overrides) -> config.ModelConfig:
     """The config of :func:`random_model`: the ``tiny`` preset widened to V = 256, D = 64, 8
     query over 4 KV heads, F = 128 and S = 1024."""
     fields = dict(
@@ -28,6 +28,6 @@ def random_config(seed: int, num_layers: int = 2, **overrides) -> config.LlamaCo
     return config.tiny(**{**fields, **overrides})
 
 
-def random_model(seed: int, num_layers: int = 2, **overrides) -> Llama:
+def random_model(seed: int, num_layers: int = 2, **overrides) -> Decoder:
     """A tiny random byte-level Llama, seeded by ``seed`` (:func:`random_config`)."""
-    return Llama(random_config(seed, num_layers, **overrides), rngs=nnx.Rngs(seed))
+    return Decoder(random_config(seed, num_layers, **overrides), rngs=nnx.Rngs(seed))

@@ -1,5 +1,5 @@
-"""Rotary position embeddings (rotate-half convention, as in Hugging Face Llama), with the
-Llama-3.1 frequency scaling."""
+"""Rotary position embeddings (rotate-half convention, as in Hugging Face), with Llama 3.1's and
+linear frequency scaling."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models.config import LlamaConfig, RopeScaling
+from specjax.models.config import RopeScaling
 from specjax.typing import Array
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> np.ndarray:
-    """``[E/2]`` float64 inverse frequencies ``theta^(-2i/E)``, scaled as in Llama 3.1."""
+    """``[E/2]`` float64 inverse frequencies ``theta^(-2i/E)``, scaled as ``scaling`` says."""
     inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if scaling is None:
         return inv
+    if scaling.kind == "linear":
+        return inv / scaling.factor
     old = scaling.original_max_position
     low_wavelen = old / scaling.low_freq_factor
     high_wavelen = old / scaling.high_freq_factor
@@ -30,12 +32,10 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
     return np.where(medium, smoothed, scaled)
 
 
-def apply_rope(x: Array, positions: Array, config: LlamaConfig) -> Array:
-    """Rotates ``x [B, T, H or G, E]`` by the angles of ``positions [B, T]`` (computed in fp32)."""
-    inv = jnp.asarray(
-        inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling), jnp.float32
-    )
-    angles = positions.astype(jnp.float32)[..., None] * inv  # [B, T, E/2]
+def apply_rope(x: Array, positions: Array, inv: np.ndarray) -> Array:
+    """Rotates ``x [B, T, H or G, E]`` by the angles of ``positions [B, T]`` times the inverse
+    frequencies ``inv [E/2]`` (:func:`inverse_frequencies`), computed in fp32."""
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv, jnp.float32)  # [B, T, E/2]
     cos = jnp.cos(angles)[:, :, None, :]  # [B, T, 1, E/2]
     sin = jnp.sin(angles)[:, :, None, :]
     x32 = x.astype(jnp.float32)

@@ -3,8 +3,9 @@
 A source is a checkpoint directory (specjax / orbax), a ``.gguf`` file, a Hugging Face directory
 (``config.json`` + safetensors), ``smollm2`` (the registry package's GGUF) or ``random:<seed>`` (a
 tiny random byte-level model). :func:`load_on_mesh` puts the parameters on a mesh without a full
-copy on any one device: orbax restores each array directly into its sharding; GGUF and
-safetensors weights (read on the host) are placed shard by shard.
+copy on any one device: orbax restores each array directly into its sharding; Hugging Face
+safetensors are read slice by slice, each process reading only what its devices hold; GGUF
+weights (dequantized on the host) are placed shard by shard.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from flax import nnx
 
 from specjax import sharding
 from specjax.models import checkpoint
+from specjax.models.decoder import Decoder
 from specjax.models.fetch import fetch_smollm2
 from specjax.models.gguf_loader import load_gguf
-from specjax.models.llama import Llama
 from specjax.models.pretrained import build_model, detect_format, load_pretrained
-from specjax.models.safetensors_loader import load_safetensors
+from specjax.models.safetensors_loader import read_config, read_sharded
 from specjax.models.tokenizer import ByteTokenizer
 
 
@@ -44,7 +45,7 @@ def load_model(
       role: what the model is (``"target"``, ``"draft"``), named in errors.
 
     Returns:
-      ``(Llama, tokenizer)``; the tokenizer is None for a checkpoint saved without one.
+      ``(Decoder, tokenizer)``; the tokenizer is None for a checkpoint saved without one.
 
     Raises:
       FileNotFoundError: ``path`` names no file or directory.
@@ -85,12 +86,12 @@ def load_model(
     return pre.model, pre.tokenizer
 
 
-def _abstract(config) -> Llama:
-    return nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
+def _abstract(config) -> Decoder:
+    return nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
 
 
 def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False, role: str = "model"):
-    """``(Llama, tokenizer)`` with every parameter on ``mesh`` (tensor-parallel by the logical
+    """``(Decoder, tokenizer)`` with every parameter on ``mesh`` (tensor-parallel by the logical
     axis rules, or replicated).
 
     Raises:
@@ -105,8 +106,14 @@ def load_on_mesh(path: str | Path, dtype, mesh, replicated: bool = False, role: 
         shardings = sharding.param_shardings(_abstract(config), mesh, replicated)
         pre = load_pretrained(path, dtype, sharding=shardings)
         return pre.model, pre.tokenizer
-    loader = load_gguf if kind == "gguf" else load_safetensors
-    config, params, tokenizer = loader(path, dtype)
+    if kind == "hf":  # each process reads only the slices its devices hold
+        config = read_config(path, dtype)
+        if not replicated:
+            sharding.check_model(config, mesh, role)
+        shardings = nnx.to_pure_dict(sharding.param_shardings(_abstract(config), mesh, replicated))
+        config, placed, tokenizer = read_sharded(path, dtype, shardings)
+        return build_model(config, placed), tokenizer
+    config, params, tokenizer = load_gguf(path, dtype)  # dequantized whole on the host
     if not replicated:
         sharding.check_model(config, mesh, role)
     shardings = nnx.to_pure_dict(sharding.param_shardings(_abstract(config), mesh, replicated))

@@ -2,17 +2,20 @@
 
 Three ways to build one:
 
-- :meth:`Tokenizer.from_gguf_metadata`: rebuilds the byte-level BPE tokenizer that a GGUF file
-  describes (``tokenizer.ggml.*`` keys: tokens, merges, token types, special ids, pre-tokenizer
-  type, chat template).
+- :func:`specjax.models.gguf_tokenizer.from_gguf_metadata`: rebuilds the byte-level BPE
+  tokenizer that a GGUF file describes (``tokenizer.ggml.*`` keys: tokens, merges, token types,
+  special ids, pre-tokenizer type, chat template).
 - :meth:`Tokenizer.from_hf_dir`: a Hugging Face ``tokenizer.json`` (+ ``tokenizer_config.json``
-  for the special tokens and the chat template).
+  for the special tokens, the BOS rule and the chat template, ``generation_config.json`` for the
+  stop tokens).
 - :class:`ByteTokenizer`: ids 0..255 are the UTF-8 bytes, optional special tokens after them.
 
 Chat templates (:meth:`TokenizerBase.apply_chat_template`) are rendered by
 :mod:`specjax.models.chat_template`: the ChatML family (``<|im_start|>role\\ncontent<|im_end|>``,
 which SmolLM2 uses) natively, so no template engine is needed; any other Jinja template with
-``jinja2`` when it is installed, and otherwise one clear error.
+``jinja2`` when it is installed, and otherwise one clear error. A rendered conversation is
+encoded without adding special tokens (:meth:`TokenizerBase.encode_chat`), as transformers does:
+templates that want a BOS write it themselves.
 
 Both kinds save to a directory (:meth:`save`) and come back with :func:`load_tokenizer`.
 """
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import tokenizers
-from tokenizers import AddedToken, decoders, pre_tokenizers, processors
+from tokenizers import processors
 
 from specjax.files import write_json
 from specjax.models.chat_template import is_chatml, render_chat_template
@@ -42,42 +45,6 @@ __all__ = [
 
 MANIFEST = "specjax_tokenizer.json"
 
-# GGUF token types (llama.cpp's llama_token_type).
-_CONTROL, _USER_DEFINED = 3, 4
-
-_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# tokenizer.ggml.pre values (llama.cpp) -> pre-tokenizer family. "digits": every digit is its own
-# word, then the GPT-2 regex (llama.cpp's STARCODER/SMOLLM group; HF: Digits + ByteLevel).
-_PRE_TYPES = {
-    **dict.fromkeys(("default", "gpt2", "gpt-2", "mpt", "olmo", "jais"), "gpt2"),
-    **dict.fromkeys(
-        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"), "digits"
-    ),
-    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3"), "llama3"),
-}
-
-
-def _byte_level_pre_tokenizer(family: str):
-    if family == "gpt2":
-        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if family == "digits":
-        return pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Digits(individual_digits=True),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            ]
-        )
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(tokenizers.Regex(_LLAMA3_REGEX), "isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-
 
 class TokenizerBase:
     """What every specjax tokenizer offers; subclasses implement encode/decode/save."""
@@ -85,6 +52,18 @@ class TokenizerBase:
     bos_id: int | None
     eos_id: int | None
     chat_template: str | None
+    extra_stop_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end a generation: the EOS, then the model's other stop tokens (the
+        ``eos_token_id`` list of ``generation_config.json``), without repeats."""
+        ids = ([] if self.eos_id is None else [self.eos_id]) + list(self.extra_stop_ids)
+        return tuple(dict.fromkeys(ids))
+
+    def token_text(self, token_id: int | None) -> str | None:
+        """The text of a special token's id (what a chat template's ``bos_token`` is)."""
+        return None if token_id is None else self.decode([token_id])
 
     @property
     def vocab_size(self) -> int:
@@ -116,7 +95,18 @@ class TokenizerBase:
           The prompt text (encode it with :meth:`encode`; the special tokens it contains map to
           their ids).
         """
-        return render_chat_template(self.chat_template, messages, add_generation_prompt)
+        specials = {"bos_token": self.token_text(self.bos_id)}
+        specials["eos_token"] = self.token_text(self.eos_id)
+        return render_chat_template(self.chat_template, messages, add_generation_prompt, specials)
+
+    def encode_chat(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Token ids of a conversation: :meth:`apply_chat_template` encoded without adding
+        special tokens (the template writes the BOS it wants; transformers'
+        ``apply_chat_template(tokenize=True)``)."""
+        text = self.apply_chat_template(messages, add_generation_prompt)
+        return self.encode(text, add_special_tokens=False)
 
     def _manifest(self, kind: str, **extra) -> dict:
         return {
@@ -124,6 +114,7 @@ class TokenizerBase:
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
             "chat_template": self.chat_template,
+            "extra_stop_ids": list(self.extra_stop_ids),
             **extra,
         }
 
@@ -136,6 +127,7 @@ class Tokenizer(TokenizerBase):
       bos_id: beginning-of-sequence id, or None.
       eos_id: end-of-sequence id (generation stops there), or None.
       chat_template: Jinja chat template text, or None.
+      extra_stop_ids: other ids generation stops at (e.g. Llama 3's ``<|eot_id|>``).
     """
 
     def __init__(
@@ -144,11 +136,13 @@ class Tokenizer(TokenizerBase):
         bos_id: int | None = None,
         eos_id: int | None = None,
         chat_template: str | None = None,
+        extra_stop_ids: Sequence[int] = (),
     ):
         self.backend = backend
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.chat_template = chat_template
+        self.extra_stop_ids = tuple(int(i) for i in extra_stop_ids)
 
     @property
     def vocab_size(self) -> int:
@@ -172,69 +166,13 @@ class Tokenizer(TokenizerBase):
         return directory
 
     @classmethod
-    def from_gguf_metadata(cls, meta: Mapping[str, object]) -> Tokenizer:
-        """Rebuilds a GGUF file's byte-level BPE tokenizer.
-
-        Args:
-          meta: the GGUF key/value metadata (at least ``tokenizer.ggml.model``, ``.tokens``,
-            ``.merges``; optionally ``.token_type``, ``.pre``, ``.bos_token_id``,
-            ``.eos_token_id``, ``.add_bos_token`` and ``tokenizer.chat_template``).
-
-        Raises:
-          ValueError: a tokenizer model or pre-tokenizer type that is not byte-level BPE.
-        """
-        kind = meta.get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(
-                f"tokenizer.ggml.model is {kind!r}; specjax rebuilds only byte-level BPE ('gpt2') "
-                "tokenizers from GGUF. Load the model's Hugging Face tokenizer.json instead "
-                "(Tokenizer.from_hf_dir)"
-            )
-        pre = str(meta.get("tokenizer.ggml.pre", "default"))
-        if pre not in _PRE_TYPES:
-            raise ValueError(
-                f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(_PRE_TYPES)}. "
-                "Load the model's Hugging Face tokenizer.json instead (Tokenizer.from_hf_dir)"
-            )
-        tokens = [str(t) for t in meta["tokenizer.ggml.tokens"]]
-        merges = [tuple(str(m).split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-        types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-        family = _PRE_TYPES[pre]
-        model = tokenizers.models.BPE(
-            vocab={t: i for i, t in enumerate(tokens)},
-            merges=merges,
-            ignore_merges=family == "llama3",
-        )
-        backend = tokenizers.Tokenizer(model)
-        backend.pre_tokenizer = _byte_level_pre_tokenizer(family)
-        backend.decoder = decoders.ByteLevel()
-        backend.add_special_tokens(
-            [
-                AddedToken(tokens[i], special=True, normalized=False)
-                for i, t in enumerate(types)
-                if int(t) == _CONTROL
-            ]
-        )
-        backend.add_tokens(
-            [
-                AddedToken(tokens[i], special=False, normalized=False)
-                for i, t in enumerate(types)
-                if int(t) == _USER_DEFINED
-            ]
-        )
-        bos = _opt_int(meta.get("tokenizer.ggml.bos_token_id"))
-        eos = _opt_int(meta.get("tokenizer.ggml.eos_token_id"))
-        if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
-            backend.post_processor = processors.TemplateProcessing(
-                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
-            )
-        template = meta.get("tokenizer.chat_template")
-        return cls(backend, bos, eos, None if template is None else str(template))
-
-    @classmethod
     def from_hf_dir(cls, directory: str | Path) -> Tokenizer:
-        """Loads ``tokenizer.json`` from a directory (special tokens and chat template from
-        ``tokenizer_config.json``, ``chat_template.jinja`` or ``config.json`` when present).
+        """Loads ``tokenizer.json`` from a directory, with what transformers reads beside it:
+        special tokens and the chat template from ``tokenizer_config.json`` (or
+        ``chat_template.jinja``, ``config.json``); its ``add_bos_token`` / ``add_eos_token``,
+        when given, decide what :meth:`encode` adds (else ``tokenizer.json``'s post-processor);
+        stop tokens from ``generation_config.json`` and ``config.json`` (``eos_token_id``, an
+        id or a list).
 
         Raises:
           FileNotFoundError: no ``tokenizer.json`` in ``directory``.
@@ -255,6 +193,8 @@ class Tokenizer(TokenizerBase):
                 token = token.get("content")
             if isinstance(token, str) and backend.token_to_id(token) is not None:
                 return backend.token_to_id(token)
+            if f"{name}_token" in tok_cfg:  # set to null: none (Qwen has no BOS)
+                return None
             value = model_cfg.get(f"{name}_token_id")
             return value[0] if isinstance(value, list) and value else _opt_int(value)
 
@@ -264,7 +204,16 @@ class Tokenizer(TokenizerBase):
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default", next(iter(named.values()), None))
-        return cls(backend, special("bos"), special("eos"), template)
+        bos, eos = special("bos"), special("eos")
+        if "add_bos_token" in tok_cfg or "add_eos_token" in tok_cfg:
+            _set_specials_added(
+                backend,
+                bos if tok_cfg.get("add_bos_token") else None,
+                eos if tok_cfg.get("add_eos_token") else None,
+            )
+        gen_cfg = _read_json_if(directory / "generation_config.json")
+        stops = [i for cfg in (gen_cfg, model_cfg) for i in _ids(cfg.get("eos_token_id"))]
+        return cls(backend, bos, eos, template, stops)
 
 
 class ByteTokenizer(TokenizerBase):
@@ -360,13 +309,34 @@ def load_tokenizer(directory: str | Path) -> TokenizerBase:
         return ByteTokenizer(manifest["specials"], manifest["bos"], manifest["eos"], template)
     if kind == "bpe":
         backend = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
-        return Tokenizer(backend, manifest["bos_id"], manifest["eos_id"], template)
+        stops = manifest.get("extra_stop_ids", ())
+        return Tokenizer(backend, manifest["bos_id"], manifest["eos_id"], template, stops)
     raise ValueError(
         f"{manifest_path}: unknown tokenizer kind {kind!r} (expected 'bpe' or 'bytes')"
     )
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _ids(value) -> list[int]:
+    """``eos_token_id`` as a list (it may be an id, a list of ids or absent)."""
+    if value is None:
+        return []
+    return [int(i) for i in (value if isinstance(value, list) else [value])]
+
+
+def _set_specials_added(backend: tokenizers.Tokenizer, bos: int | None, eos: int | None):
+    """Makes ``encode`` add exactly ``bos`` before and ``eos`` after the text (either may be
+    None), as transformers rebuilds the post-processor from ``add_bos_token`` /
+    ``add_eos_token``."""
+    name = backend.id_to_token
+    single = " ".join(
+        [*([f"{name(bos)}:0"] if bos is not None else []), "$A:0"]
+        + ([f"{name(eos)}:0"] if eos is not None else [])
+    )
+    used = [(name(i), i) for i in (bos, eos) if i is not None]
+    backend.post_processor = processors.TemplateProcessing(single=single, special_tokens=used)
 
 
 def _opt_int(value) -> int | None:

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.models.decoder import softcap
 from specjax.models.eagle import EagleConfig, EagleHead, Frozen, rms
 from specjax.train.feature_data import eagle3_layers
 
@@ -159,9 +160,13 @@ def gather_windows(features, tokens, in_vocab, a, n, p, starts, *, t, j, index):
 
 
 def attach_target(head: EagleHead, target_module) -> EagleHead:
-    """Gives the head (frozen) what training needs of the target: its final norm and output
-    rows of the draft vocabulary, to recompute the target's law from the last-block features."""
-    head.target_norm = Frozen(jnp.asarray(target_module.norm.scale[...], jnp.float32))
+    """Gives the head (frozen) what training needs of the target: its final norm (its effective
+    scale: ``1 + w`` for Gemma's), output rows of the draft vocabulary and final soft-cap, to
+    recompute the target's law from the last-block features."""
+    scale = jnp.asarray(target_module.norm.scale[...], jnp.float32)
+    plus_one = target_module.config.norm_plus_one
+    head.target_norm = Frozen(1.0 + scale if plus_one else scale)
+    head.target_softcap = target_module.config.final_softcap  # static: None or a float
     out = target_module.embed[...] if target_module.config.tie_embeddings else None
     rows = out if out is not None else target_module.lm_head[...].T
     head.target_rows = Frozen(jnp.asarray(rows, jnp.float32)[head.d2t[...]])  # [W, D]
@@ -175,6 +180,7 @@ def ttt_loss(head: EagleHead, batch: dict, ttt: int, weight: float):
     t = batch["feats_in"].shape[1]
     g = head.fuse(batch["feats_in"])  # [B, T, D]
     p_logits = rms(batch["last"], c.norm_eps, head.target_norm[...]) @ head.target_rows[...].T
+    p_logits = softcap(p_logits, head.target_softcap)
     keys, values, total, norm = [], [], 0.0, 0.0
     metrics = {}
     for j in range(ttt):
@@ -200,18 +206,15 @@ def evaluate_head(head: EagleHead, target_module, windows: Windows, batches: lis
     ``agreement`` (the head's greedy token == the target's greedy token over all V ids),
     ``overlap`` (mean Σ min(p, q), the acceptance rate of one token drafted at temperature 1), and
     the tokens counted. Masks only prompt and end positions (not the draft vocabulary)."""
-    embed = target_module.embed[...]
-    rows = embed if target_module.config.tie_embeddings else target_module.lm_head[...].T
     d2t = head.d2t[...]
 
     @jax.jit
     def score(head, feats_in, tokens, last):
-        c = head.config
         t = feats_in.shape[1]
         g = head.fuse(feats_in)
         q, k, v = head.qkv(g, tokens[:, :t], jnp.broadcast_to(jnp.arange(t), tokens[:, :t].shape))
         _, logits = head.finish(g, head.ttt_attention(q, [k], [v]))
-        p = jax.nn.softmax(rms(last[:, :t], c.norm_eps, target_module.norm.scale[...]) @ rows.T)
+        p = jax.nn.softmax(target_module.logits(last[:, :t]))  # its norm, head and soft-cap
         q_w = jax.nn.softmax(logits, axis=-1)
         overlap = jnp.sum(jnp.minimum(p[..., d2t], q_w), axis=-1)
         agree = d2t[jnp.argmax(logits, -1)] == jnp.argmax(p, -1)

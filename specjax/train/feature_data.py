@@ -44,8 +44,7 @@ def stored_layers(num_layers: int) -> tuple[int, ...]:
 
 def encode_chat(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text as one user turn under the tokenizer's chat template."""
-    rendered = [tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
-    return [tokenizer.encode(t) for t in rendered]
+    return [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in texts]
 
 
 @functools.partial(jax.jit, static_argnames=("layers",))
@@ -125,7 +124,7 @@ def make_shard(
     """
     model = as_pure(model)
     prompts = [p for p in encode_chat(tokenizer, texts) if 2 <= len(p) <= max_prompt_tokens]
-    stop = () if tokenizer.eos_id is None else (int(tokenizer.eos_id),)
+    stop = tokenizer.stop_ids
     config = DecodeConfig(
         "autoregressive", SamplingParams(temperature=temperature), max_new_tokens, stop
     )
@@ -160,7 +159,7 @@ def make_teacher_forced_shard(
     prompts, rows = [], []
     for prompt, answer in conversations:
         p = encode_chat(tokenizer, [prompt])[0]
-        row = (p + tokenizer.encode(answer) + eos)[:max_tokens]
+        row = (p + tokenizer.encode(answer, add_special_tokens=False) + eos)[:max_tokens]
         if answer and len(row) - len(p) >= 8:
             prompts.append(p)
             rows.append(row)

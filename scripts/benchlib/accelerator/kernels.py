@@ -37,7 +37,7 @@ from benchlib.verify_inputs import (
 )
 from specjax.models import (
     KVCache,
-    LlamaConfig,
+    ModelConfig,
     attention,
     config,
 )
@@ -114,7 +114,7 @@ def bandwidth_section(sec: Section, bench: Bench) -> None:
         )
 
 
-def decode_models(bench: Bench) -> list[tuple[str, LlamaConfig | None, Callable[[], tuple]]]:
+def decode_models(bench: Bench) -> list[tuple[str, ModelConfig | None, Callable[[], tuple]]]:
     """(label, config whose memory to check or None, () -> (model, weights note)) for the
     decode-step section."""
     sizes = bench.sizes
@@ -201,7 +201,7 @@ def decode_section(sec: Section, bench: Bench) -> None:
         jax.clear_caches()
 
 
-def _prefill_scratch(cfg: LlamaConfig, batch: int, context: int, capacity: int) -> int:
+def _prefill_scratch(cfg: ModelConfig, batch: int, context: int, capacity: int) -> int:
     """A generous bound on the prefill's temporaries: fp32 scores and probs of one layer."""
     return 3 * 4 * batch * cfg.num_heads * context * capacity + 2 * GIB
 

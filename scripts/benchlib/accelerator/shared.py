@@ -17,8 +17,8 @@ from flax import nnx
 import benchlib
 from benchlib.accelerator.sizes import Sizes
 from specjax.models import (
-    Llama,
-    LlamaConfig,
+    Decoder,
+    ModelConfig,
     config,
     fetch,
     load_pair,
@@ -84,7 +84,7 @@ def cached_smollm2() -> Path | None:
     return None
 
 
-def tiny_smollm2(dtype: str) -> LlamaConfig:
+def tiny_smollm2(dtype: str) -> ModelConfig:
     """SmolLM2's stand-in in --quick: tied, byte vocabulary and then some."""
     return config.tiny(
         vocab_size=512, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=128,
@@ -93,7 +93,7 @@ def tiny_smollm2(dtype: str) -> LlamaConfig:
     )  # fmt: skip
 
 
-def tiny_llama8b() -> LlamaConfig:
+def tiny_llama8b() -> ModelConfig:
     """The Llama-3-8B shape's stand-in in --quick (untied, bf16)."""
     return config.tiny(
         vocab_size=1024, dim=128, num_layers=2, num_heads=8, num_kv_heads=2, ffn_dim=256,
@@ -108,14 +108,14 @@ def _leaf(key, *, shape, dtype, ones):
     return (jax.random.normal(key, shape, jnp.float32) * shape[0] ** -0.5).astype(dtype)
 
 
-def random_model(cfg: LlamaConfig, seed: int = 0) -> PureModel:
+def random_model(cfg: ModelConfig, seed: int = 0) -> PureModel:
     """A random Llama of ``cfg``: normal(0, 1/sqrt(fan-in)) matrices, unit norm scales.
 
     Above 64M parameters the leaves are made on the default device, one small jitted
     initialiser per shape (a host-side init of 16 GB would take minutes); below, on the host
     (no compiling).
     """
-    abstract = nnx.eval_shape(lambda: Llama(cfg, rngs=nnx.Rngs(seed)))
+    abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)))
     graphdef, state = nnx.split(abstract)
     leaves, treedef = jax.tree.flatten(state)
     if cfg.num_params > 64_000_000:

@@ -46,7 +46,7 @@ from specjax.decode.ssd.speculation import (
 from specjax.drafters.base import Draft
 from specjax.drafters.ngram import NgramDrafter
 from specjax.models.cache import KVCache
-from specjax.models.llama import Llama
+from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure, prefill
 from specjax.typing import Array, PRNGKey
 
@@ -69,7 +69,7 @@ class SSDDrafter:
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
 
     def __post_init__(self):
-        if isinstance(self.model, Llama):  # a model as loaded: split it (nothing copied)
+        if isinstance(self.model, Decoder):  # a model as loaded: split it (nothing copied)
             object.__setattr__(self, "model", as_pure(self.model))
 
     num_paths = 1

@@ -1,11 +1,13 @@
-"""The Llama decoder in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied
-output head, with an explicit KV cache and tree attention.
+"""The decoder in Flax NNX, one module for every family specjax runs (Llama, Mistral, Qwen2/2.5,
+Qwen3, Gemma 2, Gemma 3): RMSNorm, RoPE, grouped-query attention, a gated MLP, tied or untied
+output head, with an explicit KV cache and tree attention; the families' differences are the
+switches of :class:`~specjax.models.config.ModelConfig`.
 
 One call scores T new tokens of every row at arbitrary ``positions [B, T]``: their keys and values
 are appended after the row's committed cache entries, and each new token attends to all committed
-entries plus the new tokens allowed by ``attn_mask [B, T, T]`` (causal by default). A whole draft
-tree (K paths x L tokens) is scored in one call by passing the tree's ancestor mask and node
-depths as positions.
+entries plus the new tokens allowed by ``attn_mask [B, T, T]`` (causal by default); in a sliding
+layer, only to those fewer than W positions before its own. A whole draft tree (K paths x L
+tokens) is scored in one call by passing the tree's ancestor mask and node depths as positions.
 
 Parameters carry logical axis names (metadata ``logical_axes``) used by the sharding rules.
 """
@@ -18,17 +20,26 @@ from flax import nnx
 
 from specjax.models import attention
 from specjax.models.cache import KVCache, write_slots
-from specjax.models.config import LlamaConfig
-from specjax.models.rope import apply_rope
+from specjax.models.config import ModelConfig
+from specjax.models.rope import apply_rope, inverse_frequencies
 from specjax.typing import Array
 
 
-def _param(rngs: nnx.Rngs, shape, axes, config: LlamaConfig, scale: float | None = None):
+def _param(rngs: nnx.Rngs, shape, axes, config: ModelConfig, scale: float | None = None):
     """A normal(0, scale)-initialised parameter (default 1/sqrt(fan-in)) with logical axes."""
     fan_in = shape[0]
     std = scale if scale is not None else fan_in**-0.5
     value = std * jax.random.normal(rngs.params(), shape, jnp.float32)
     return nnx.Param(value.astype(config.weight_dtype), logical_axes=axes)
+
+
+def _zeros(shape, axes, config: ModelConfig):
+    return nnx.Param(jnp.zeros(shape, config.weight_dtype), logical_axes=axes)
+
+
+def softcap(x: Array, cap: float | None) -> Array:
+    """``cap * tanh(x / cap)`` (Gemma 2's soft-capping), or ``x`` when ``cap`` is None."""
+    return x if cap is None else cap * jnp.tanh(x / cap)
 
 
 REDUCE_ROWS = (2, 7)
@@ -59,24 +70,27 @@ def tied_logits(x: Array, embed: Array) -> Array:
 
 
 class RMSNorm(nnx.Module):
-    """``x / rms(x) * scale``, computed in fp32."""
+    """``x / rms(x) * scale`` (or ``* (1 + scale)``: ``norm_plus_one``), computed in fp32, over
+    the last axis of size ``size`` (default D)."""
 
-    def __init__(self, config: LlamaConfig):
+    def __init__(self, config: ModelConfig, size: int | None = None, axis: str = "embed"):
         self.eps = config.norm_eps
-        self.scale = nnx.Param(
-            jnp.ones((config.dim,), config.weight_dtype), logical_axes=("embed",)
-        )
+        self.plus_one = config.norm_plus_one
+        init = jnp.zeros if self.plus_one else jnp.ones  # the identity either way
+        size = config.dim if size is None else size
+        self.scale = nnx.Param(init((size,), config.weight_dtype), logical_axes=(axis,))
 
-    def __call__(self, x: Array) -> Array:  # [B, T, D]
+    def __call__(self, x: Array) -> Array:  # [..., D]
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+        scale = self.scale[...].astype(jnp.float32)
+        return (normed * (1.0 + scale if self.plus_one else scale)).astype(x.dtype)
 
 
 class Attention(nnx.Module):
     """Grouped-query attention over the KV cache with an arbitrary mask among new tokens."""
 
-    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
         d, h, g, e = c.dim, c.num_heads, c.num_kv_heads, c.head_dim
         self.config = c
@@ -84,6 +98,15 @@ class Attention(nnx.Module):
         self.wk = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
         self.wv = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
         self.wo = _param(rngs, (h, e, d), ("heads", "head_dim", "embed"), c, (h * e) ** -0.5)
+        if c.qkv_bias:
+            self.bq = _zeros((h, e), ("heads", "head_dim"), c)
+            self.bk = _zeros((g, e), ("kv_heads", "head_dim"), c)
+            self.bv = _zeros((g, e), ("kv_heads", "head_dim"), c)
+        if c.out_bias:
+            self.bo = _zeros((d,), ("embed",), c)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c, e, "head_dim")
+            self.k_norm = RMSNorm(c, e, "head_dim")
 
     def __call__(
         self,
@@ -102,8 +125,16 @@ class Attention(nnx.Module):
         q = jnp.einsum("btd,dhe->bthe", x, self.wq[...].astype(dtype))
         k = jnp.einsum("btd,dge->btge", x, self.wk[...].astype(dtype))
         v = jnp.einsum("btd,dge->btge", x, self.wv[...].astype(dtype))
-        q = apply_rope(q, positions, c)
-        k = apply_rope(k, positions, c)
+        if c.qkv_bias:
+            q, k, v = (
+                y + bias[...].astype(dtype)
+                for y, bias in ((q, self.bq), (k, self.bk), (v, self.bv))
+            )
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        inv = inverse_frequencies(c.head_dim, *c.rope(layer))
+        q = apply_rope(q, positions, inv)
+        k = apply_rope(k, positions, inv)
         b, t = positions.shape
         # Write straight into the stacked cache: slicing a layer out and setting it back makes
         # XLA copy the whole cache for one-token calls.
@@ -119,22 +150,30 @@ class Attention(nnx.Module):
             lengths,
             new_mask,
             kv_mask,
-            scale=c.head_dim**-0.5,
+            scale=(c.query_pre_attn_scalar or c.head_dim) ** -0.5,
             dtype=dtype,
+            positions=positions,
+            window=c.window(layer),
+            softcap=c.attn_softcap,
         )
         # One [B, T, H*E] x [H*E, D] product: contracting (h, e) of wo in its stored order, so
         # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
         out = out.reshape(b, t, c.num_heads * c.head_dim)
         wo = self.wo[...].astype(dtype).reshape(c.num_heads * c.head_dim, -1)  # [H*E, D]
-        return jnp.einsum("bti,id->btd", out, wo), cache_k, cache_v
+        out = jnp.einsum("bti,id->btd", out, wo)
+        if c.out_bias:
+            out = out + self.bo[...].astype(dtype)
+        return out, cache_k, cache_v
 
 
 class MLP(nnx.Module):
-    """SwiGLU: ``w_down(silu(w_gate x) * w_up x)``."""
+    """The gated MLP: ``w_down(act(w_gate x) * w_up x)``, act SiLU (SwiGLU) or tanh-GELU
+    (GeGLU)."""
 
-    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, f = config.dim, config.ffn_dim
         self.dtype = config.compute_dtype
+        self.gelu = config.activation == "gelu_tanh"
         self.w_gate = _param(rngs, (d, f), ("embed", "mlp"), config)
         self.w_up = _param(rngs, (d, f), ("embed", "mlp"), config)
         self.w_down = _param(rngs, (f, d), ("mlp", "embed"), config)
@@ -144,27 +183,42 @@ class MLP(nnx.Module):
         x = x.astype(dt)
         gate = jnp.einsum("btd,df->btf", x, self.w_gate[...].astype(dt))
         up = jnp.einsum("btd,df->btf", x, self.w_up[...].astype(dt))
-        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.w_down[...].astype(dt))
+        act = jax.nn.gelu(gate, approximate=True) if self.gelu else jax.nn.silu(gate)
+        return jnp.einsum("btf,fd->btd", act * up, self.w_down[...].astype(dt))
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block."""
+    """Pre-norm transformer block; with ``post_norms`` (Gemma) each branch's output is normed
+    too before its residual add."""
 
-    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.attn_norm = RMSNorm(config)
         self.attn = Attention(config, rngs=rngs)
         self.mlp_norm = RMSNorm(config)
         self.mlp = MLP(config, rngs=rngs)
+        if config.post_norms:
+            self.post_attn_norm = RMSNorm(config)
+            self.post_mlp_norm = RMSNorm(config)
+
+    def __call__(self, x, positions, ks, vs, layer, lengths, attn_mask, kv_mask):
+        """``(x, ks, vs)`` after the block; arguments as :meth:`Attention.__call__`'s."""
+        post = self.attn.config.post_norms
+        out, ks, vs = self.attn(
+            self.attn_norm(x), positions, ks, vs, layer, lengths, attn_mask, kv_mask
+        )
+        x = x + (self.post_attn_norm(out) if post else out)
+        out = self.mlp(self.mlp_norm(x))
+        return x + (self.post_mlp_norm(out) if post else out), ks, vs
 
 
-class Llama(nnx.Module):
-    """A Llama-family decoder.
+class Decoder(nnx.Module):
+    """A decoder of any supported family (:class:`~specjax.models.config.ModelConfig`).
 
     Call as ``model(tokens)`` for full-sequence logits ``[B, T, V]``, or
     ``model(tokens, cache=cache, positions=..., attn_mask=...)`` for ``(logits, cache)``.
     """
 
-    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.embed = _param(
             rngs, (config.vocab_size, config.dim), ("vocab", "embed"), config, config.dim**-0.5
@@ -173,6 +227,27 @@ class Llama(nnx.Module):
         self.norm = RMSNorm(config)
         if not config.tie_embeddings:
             self.lm_head = _param(rngs, (config.dim, config.vocab_size), ("embed", "vocab"), config)
+
+    def embed_tokens(self, tokens: Array) -> Array:
+        """``[B, T, D]`` the embeddings of ``tokens [B, T]`` in the compute dtype (times
+        ``sqrt(D)``, rounded to that dtype, with ``embed_scale``)."""
+        c = self.config
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)
+        if c.embed_scale:
+            x = x * jnp.asarray(c.dim**0.5, c.compute_dtype)
+        return x
+
+    def logits(self, x: Array) -> Array:
+        """fp32 ``[B, T, V]`` logits of the last block's outputs ``x [B, T, D]``: final norm,
+        output head, final soft-cap."""
+        c = self.config
+        x = self.norm(x)
+        dtype = c.compute_dtype
+        if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose
+            logits = tied_logits(x, self.embed[...].astype(dtype))
+        else:
+            logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
+        return softcap(logits.astype(jnp.float32), c.final_softcap)
 
     def __call__(
         self,
@@ -221,33 +296,16 @@ class Llama(nnx.Module):
             positions = cache.lengths[:, None] + jnp.arange(t)[None, :]
         if attn_mask is None:
             attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)  # [B, T, D]
+        x = self.embed_tokens(tokens)  # [B, T, D]
         ks, vs = cache.k, cache.v
         hidden = {}
         for i, layer in enumerate(self.layers):
-            attn_out, ks, vs = layer.attn(
-                layer.attn_norm(x),
-                positions,
-                ks,
-                vs,
-                i,
-                cache.lengths,
-                attn_mask,
-                kv_mask,
-            )
-            x = x + attn_out
-            x = x + layer.mlp(layer.mlp_norm(x))
+            x, ks, vs = layer(x, positions, ks, vs, i, cache.lengths, attn_mask, kv_mask)
             if i in features:
                 hidden[i] = x
         if logits_to_keep is not None:
             x = x[:, t - logits_to_keep :]
-        x = self.norm(x)
-        dtype = c.compute_dtype
-        if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose
-            logits = tied_logits(x, self.embed[...].astype(dtype))
-        else:
-            logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
-        logits = logits.astype(jnp.float32)
+        logits = self.logits(x)
         out = (logits,) if standalone else (logits, KVCache(ks, vs, cache.lengths + t))
         if features:
             bad = [i for i in features if not 0 <= i < c.num_layers]

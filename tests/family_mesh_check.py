@@ -41,7 +41,8 @@ def main(families: list[str]) -> None:
         target = PureModel.of(module)
         ar = generate(target, ref["prompts"], DecodeConfig(AUTOREGRESSIVE, GREEDY, 32), mesh=mesh)
         assert ar.tokens == ref["greedy"], (family, ar.tokens)
-        draft = ModelDrafter(truncated(module, 2), num_paths=3, draft_len=3, sampling=GREEDY)
+        layers = min(2, module.config.num_layers - 1)
+        draft = ModelDrafter(truncated(module, layers), num_paths=3, draft_len=3, sampling=GREEDY)
         sd = generate(
             target, ref["prompts"], DecodeConfig("specinfer", GREEDY, 32), draft, mesh=mesh
         )

@@ -55,7 +55,8 @@ def drafter_of(kind: str, paths: int, target, family: str, tmp_path):
     if kind == "ngram":
         return NgramDrafter(target.config.vocab_size, **shape, max_ngram=2)
     if kind == "self":
-        return ModelDrafter(truncated(target, 2), **shape, sampling=GREEDY)
+        layers = min(2, target.config.num_layers - 1)
+        return ModelDrafter(truncated(target, layers), **shape, sampling=GREEDY)
     draft, _ = load_model(str(draft_directory(family, tmp_path / "draft")), role="draft")
     assert draft.config.family == target.config.family
     return ModelDrafter(draft, **shape, sampling=GREEDY)

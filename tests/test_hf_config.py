@@ -63,9 +63,8 @@ def test_family_defaults_follow_transformers():
     assert qwen.layer_types == ("full",) * 3 + ("sliding",) and qwen.sliding_window == 16
     mistral = config_from_hf({"model_type": "mistral", **BASE, "sliding_window": 16})
     assert mistral.layer_types == ("sliding",) * 4
-    assert config_from_hf({"model_type": "mistral", **BASE, "sliding_window": None}).layer_types == (
-        "full",
-    ) * 4
+    unwindowed = config_from_hf({"model_type": "mistral", **BASE, "sliding_window": None})
+    assert unwindowed.layer_types == ("full",) * 4
     llama = config_from_hf({"model_type": "llama", **BASE, "attention_bias": True})
     assert llama.qkv_bias and llama.out_bias
 

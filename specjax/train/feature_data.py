@@ -32,8 +32,9 @@ from specjax.sampling import SamplingParams
 
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
-    """The three blocks EAGLE-3 reads (low, middle, high): ``(1, N/2 - 1, N - 4)``."""
-    return (1, num_layers // 2 - 1, num_layers - 4)
+    """The three blocks EAGLE-3 reads (low, middle, high): ``(1, N/2 - 1, N - 4)``; a target of
+    fewer than 4 blocks (a test's) reads block 0 where the rule points before it."""
+    return tuple(max(i, 0) for i in (1, num_layers // 2 - 1, num_layers - 4))
 
 
 def stored_layers(num_layers: int) -> tuple[int, ...]:

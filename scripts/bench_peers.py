@@ -44,7 +44,7 @@ from specjax.decode import DecodeConfig, generate
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import fetch_smollm2, load_pretrained
-from specjax.models.eagle import load_head
+from specjax.models.eagle_formats import load_head
 from specjax.models.pure import PureModel
 from specjax.models.safetensors_loader import save_safetensors
 from specjax.sampling import SamplingParams
@@ -173,7 +173,7 @@ def smollm2_rows(torch, transformers) -> tuple[list[Row], int]:
         str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
     ).eval()
     target, tok, vocab = PureModel.of(pre.model), pre.tokenizer, pre.config.vocab_size
-    head = load_head(_HEAD.value, pre.model.embed[...]) if _HEAD.value else None
+    head = load_head(_HEAD.value, pre.model) if _HEAD.value else None
     chats = {"copy": CHATS["copy"]} if _QUICK.value else CHATS
     rows = []
     for name, content in chats.items():

@@ -37,7 +37,7 @@ from specjax.decode.seams import Run
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import load_pair
-from specjax.models.eagle import load_head
+from specjax.models.eagle_formats import load_head
 from specjax.models.pairs import EAGLE_HEAD_DIR
 from specjax.models.pure import PureModel, truncated
 from specjax.sampling import SamplingParams
@@ -227,7 +227,7 @@ def widths_over_time(target, module, tok, n: int, l_len: int) -> dict[str, dict]
     greedy = SamplingParams(temperature=0.0)
     prompt = TRACES[_TRACE.value][1]
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]))
-    head = PureModel.of(load_head(EAGLE_HEAD_DIR, module.embed[...]))
+    head = PureModel.of(load_head(EAGLE_HEAD_DIR, module))
     drafters = {
         "n-gram": NgramDrafter(target.config.vocab_size, draft_len=l_len),
         "self-draft (8 layers)": ModelDrafter(

@@ -9,7 +9,13 @@ Command (the shipped SmolLM2 head, checkpoints/smollm2_eagle):
 
 Another target: --target=<a .gguf file, Hugging Face directory or specjax checkpoint>. The head
 reads the target's blocks (1, N/2 - 1, N - 4) (``--recipe=eagle3``) or its last block
-(``--recipe=eagle1``) and proposes from the --draft_vocab most frequent ids of the data.
+(``--recipe=eagle1``) and proposes from the --draft_vocab most frequent ids of the data. It
+divides each feature dimension by its root mean square (a scale alone: it folds into ``fc``
+when the head is exported).
+
+--format=speculators (or eagle) writes the head in that published layout, served by vLLM and
+SGLang unchanged (specjax reads it back too); --init=DIR fine-tunes an existing head (any
+layout) instead of starting afresh, its feature shift dropped if it has one.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from specjax.models.eagle import save_head
+from specjax.models.eagle_formats import FORMATS, export_head, load_head, save_head
 from specjax.models.sources import load_model
 from specjax.train import eagle, feature_data, prompts
 from specjax.train.trainer import TrainConfig, Trainer
@@ -59,6 +65,8 @@ _LR = flags.DEFINE_float("learning_rate", 8e-4, "peak learning rate")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/specjax_head_run", "checkpoints and history")
 _OUT = flags.DEFINE_string("out", "checkpoints/smollm2_eagle", "where the trained head goes")
 _EVAL = flags.DEFINE_integer("eval_batches", 8, "held-out batches")
+_FORMAT = flags.DEFINE_enum("format", "specjax", list(FORMATS), "the layout --out is written in")
+_INIT = flags.DEFINE_string("init", "", "a head to fine-tune (any layout) instead of a new one")
 
 
 def log(msg: str) -> None:
@@ -121,8 +129,16 @@ def main(argv):
         f"({int(mask.sum())} response tokens); draft vocabulary {len(d2t)} ids covers "
         f"{coverage:.3f} of them"
     )
-    stats = eagle.feature_stats(data, layer_index)
-    head = eagle.attach_target(eagle.new_head(target, recipe, d2t, stats), target)
+    if _INIT.value:  # fine-tune: the head's own vocabulary and layers
+        head = eagle.without_shift(load_head(_INIT.value, target))
+        d2t = np.asarray(head.d2t[...])
+        layer_index = [stored.index(i) for i in head.config.feature_layers]
+        coverage = float(np.isin(data["tokens"][mask], d2t).mean())
+        log(f"fine-tuning {_INIT.value}: its {len(d2t)} draft ids cover {coverage:.3f}")
+    else:
+        scale = eagle.feature_scale(data, layer_index)
+        head = eagle.new_head(target, recipe, d2t, scale)
+    head = eagle.attach_target(head, target)
     windows = eagle.Windows(data, layer_index, d2t, _SEQ.value, recipe.ttt_steps)
     held_data = feature_data.load_shards(held)
     held_windows = eagle.Windows(held_data, layer_index, d2t, _SEQ.value, recipe.ttt_steps)
@@ -157,7 +173,10 @@ def main(argv):
         "target": _TARGET.value,
         "recipe": recipe.name,
         "ttt_steps": recipe.ttt_steps,
-        "feature_layers": list(recipe.feature_layers(target.config.num_layers)),
+        "feature_layers": list(head.config.feature_layers),
+        "standardisation": "per-dimension scale (root mean square); no shift",
+        "init": _INIT.value or None,
+        "format": _FORMAT.value,
         "draft_vocab": len(d2t),
         "draft_vocab_coverage": round(coverage, 4),
         "data": {
@@ -187,9 +206,17 @@ def main(argv):
         f"jax {jax.__version__}",
         "date": time.strftime("%Y-%m-%d"),
     }
-    save_head(_OUT.value, head, {"summary": summary})
+    if _FORMAT.value == "specjax":
+        save_head(_OUT.value, head, {"summary": summary})
+    else:  # the target as the speculators verifier when it is a directory transformers reads
+        target_dir = Path(_TARGET.value)
+        verifier = None
+        if (target_dir / "config.json").is_file():
+            arch = json.loads((target_dir / "config.json").read_text()).get("architectures", [])
+            verifier = {"name_or_path": str(target_dir.resolve()), "architectures": arch}
+        export_head(_OUT.value, head, _FORMAT.value, verifier=verifier)
     (Path(_OUT.value) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    log(f"wrote {_OUT.value} (params.npz, config.json, summary.json)")
+    log(f"wrote {_OUT.value} ({_FORMAT.value} layout, summary.json)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from specjax.decode.seams import prefill_program, prepare, split_keys
 from specjax.drafters import ModelDrafter
 from specjax.drafters.feature import FeatureDrafter
 from tests.test_decode_lossless import PROMPT, LyingDrafter, V, pair  # noqa: F401
-from tests.test_feature_drafter import RenormalisingDrafter, random_head
+from tests.test_feature_drafter import RenormalisingDrafter, published_head, random_head
 
 ROWS = 6_000
 T1 = sampling.SamplingParams(temperature=1.0)
@@ -92,15 +92,19 @@ def law_pvalue(tokens: np.ndarray, probs: np.ndarray) -> float:
         ("model", 3, True),
         ("feature", 1, True),
         ("feature", 3, True),
+        ("published", 3, True),  # a head read from the speculators layout, every switch on
         ("model", 1, False),  # LyingDrafter: uniform laws reported
         ("feature", 1, False),  # RenormalisingDrafter: the law over V, not the scattered one
     ],
 )
-def test_a_drafters_law_is_the_law_it_drew_from(pair, kind, k, honest):  # noqa: F811
+def test_a_drafters_law_is_the_law_it_drew_from(pair, kind, k, honest, tmp_path):  # noqa: F811
     target, draft = pair
     if kind == "model":
         cls = ModelDrafter if honest else LyingDrafter
         drafter = cls(draft, num_paths=k, draft_len=2, sampling=T1)
+    elif kind == "published":
+        head = published_head(target, 3, tmp_path / "head", seed=5)
+        drafter = FeatureDrafter(head, num_paths=k, draft_len=2, sampling=T1)
     else:
         cls = FeatureDrafter if honest else RenormalisingDrafter
         drafter = cls(random_head(target, 3, seed=5), num_paths=k, draft_len=2, sampling=T1)

@@ -18,7 +18,8 @@ from specjax.decode import DecodeConfig, generate
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import load_pretrained
 from specjax.models.decoder import softcap
-from specjax.models.eagle import load_head, rms
+from specjax.models.eagle import rms
+from specjax.models.eagle_formats import load_head
 from specjax.sampling import SamplingParams
 from specjax.train import eagle
 from tests.family_fixtures import directory, reference
@@ -76,7 +77,7 @@ def test_train_draft_head_trains_a_head_for_the_family(family, tmp_path):
     summary = json.loads((tmp_path / "head" / "summary.json").read_text())
     assert summary["training"]["steps"] == 6 and summary["heldout"]["tokens"] > 0
     model = load_pretrained(directory(family)).model
-    head = load_head(tmp_path / "head", model.embed[...])
+    head = load_head(tmp_path / "head", model)
     drafter = FeatureDrafter(head, num_paths=1, draft_len=3, sampling=GREEDY)
     ref = reference(family)
     out = generate(model, ref["prompts"], DecodeConfig("block", GREEDY, 32), drafter)

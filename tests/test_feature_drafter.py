@@ -20,7 +20,8 @@ from specjax.decode.seams import prefill_program, prepare, step
 from specjax.drafters.feature import FeatureDrafter
 from specjax.models import Decoder
 from specjax.models.cache import KVCache
-from specjax.models.eagle import EagleConfig, EagleHead, load_head, save_head
+from specjax.models.eagle import EagleConfig, EagleHead
+from specjax.models.eagle_formats import export_head, load_head, save_head
 from specjax.models.pure import PureModel
 from specjax.testing import sharpened, tiny_config
 from tests.test_decode_lossless import NEW, PROMPT, ROWS, chi_square_pvalue, exact_joint
@@ -36,6 +37,31 @@ def random_head(target: PureModel, draft_vocab: int, seed: int = 0, layers=(0, 1
     d2t = np.sort(np.random.default_rng(seed).permutation(c.vocab_size)[:draft_vocab])
     embed = target.module.embed[...]
     return EagleHead.create(config, embed, d2t, seed=seed, head_rows=embed[d2t] * 4.0)
+
+
+def published_head(target: PureModel, draft_vocab: int, where, seed: int = 0) -> EagleHead:
+    """A random head in the speculators layout, as users download one, read back by
+    ``load_head``: two layers (the second a plain block), biases, a Qwen3-type layer's q/k
+    norms, ``norm_before_residual`` and EAGLE-3.1's ``fc_norm`` and ``norm_output``, every
+    norm and bias off its initial value."""
+    c = target.config
+    config = dataclasses.replace(
+        EagleConfig.for_target(c, (-1, 0, 1), draft_vocab),
+        num_layers=2,
+        attention_bias=True,
+        qk_norm=True,
+        norm_before_residual=True,
+        fc_norm=True,
+        norm_output=True,
+    )
+    d2t = np.sort(np.random.default_rng(seed).permutation(c.vocab_size)[:draft_vocab])
+    embed = target.module.embed[...]
+    head = EagleHead.create(config, embed, d2t, seed=seed, head_rows=embed[d2t] * 4.0)
+    state = nnx.state(head, nnx.Param)
+    noise = lambda x, k: x + 0.2 * jax.random.normal(jax.random.key(k), x.shape)
+    leaves, tree = jax.tree.flatten(state)
+    nnx.update(head, jax.tree.unflatten(tree, [noise(x, i) for i, x in enumerate(leaves)]))
+    return load_head(export_head(where, head, "speculators"), target.module)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +84,25 @@ def test_greedy_speculative_equals_autoregressive(target, autoregressive, verifi
     assert out.tokens == autoregressive
     hist = out.metrics.accepted_length_histogram
     assert hist[0] > 0 and sum(hist[1:]) > 0  # rejections and acceptances in one run
+
+
+@pytest.mark.parametrize(
+    "verifier,k",
+    [
+        ("block", 1),
+        ("specinfer", 3),
+        *(pytest.param(v, k, marks=pytest.mark.slow) for v, k in [("greedy", 1), ("token", 1),
+                                                                 ("spectr", 2), ("gbv", 3)]),
+    ],
+)  # fmt: skip
+def test_a_downloaded_heads_greedy_drafts_equal_autoregressive(
+    target, autoregressive, verifier, k, tmp_path
+):
+    """A head read from the speculators layout (every published switch on) drafts exactly."""
+    head = published_head(target, 8, tmp_path / "head")
+    drafter = FeatureDrafter(head, num_paths=k, draft_len=3, sampling=GREEDY)
+    out = generate(target, PROMPTS, DecodeConfig(verifier, GREEDY, 24), drafter)
+    assert out.tokens == autoregressive
 
 
 @pytest.mark.slow  # ~6 s: default-tier time
@@ -98,10 +143,12 @@ def test_training_forward_matches_drafting(target):
     g0 = head.fuse(jnp.concatenate([jnp.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1))
     pos = jnp.arange(t)[None]
     q0, k0, v0 = head.qkv(g0, tokens, pos)
-    h0, logits0 = head.finish(g0, head.ttt_attention(q0, [k0], [v0]))
+    first = pos == 0  # the first pair, hidden from the others as in drafting
+    h0, logits0 = head.finish(g0, head.ttt_attention(q0, [k0], [v0], first))
     # Step 1 at index j: own output h0[j] with token j + 1 at position j + 1.
     q1, k1, v1 = head.qkv(h0[:, :-1], tokens[:, 1:], pos[:, 1:])
-    _, logits1 = head.finish(h0[:, :-1], head.ttt_attention(q1, [k0[:, :-1], k1], [v0[:, :-1], v1]))
+    step1 = head.ttt_attention(q1, [k0[:, :-1], k1], [v0[:, :-1], v1], first[:, :-1])
+    _, logits1 = head.finish(h0[:, :-1], step1)
     cache = KVCache.init(head.config, 1, 16)
     h, logits, cache = head(g0, tokens, cache=cache)
     np.testing.assert_allclose(logits, logits0, atol=1e-4)
@@ -140,12 +187,13 @@ def test_one_pair_per_row_is_the_full_feeds_row(target):
 def test_save_and_load_round_trip(target, tmp_path):
     head = random_head(target, 8)
     save_head(tmp_path / "head", head, {"note": "x"})
-    back = load_head(tmp_path / "head", target.module.embed[...])
+    back = load_head(tmp_path / "head", target.module)
     g = jnp.ones((1, 2, 2, target.config.dim))
     np.testing.assert_allclose(back.fuse(g), head.fuse(g), rtol=1e-3, atol=1e-3)  # float16
     assert np.array_equal(back.d2t[...], head.d2t[...])
+    other = Decoder(tiny_config(7, name="other"), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="V = 12"):
-        load_head(tmp_path / "head", jnp.zeros((7, target.config.dim)))
+        load_head(tmp_path / "head", other)
 
 
 V = 4

@@ -20,7 +20,7 @@ def test_train_draft_head_command_trains_resumes_and_decodes_exactly(tmp_path):
     from specjax.decode import DecodeConfig, generate
     from specjax.drafters.feature import FeatureDrafter
     from specjax.models import fetch_smollm2, load_pretrained
-    from specjax.models.eagle import load_head
+    from specjax.models.eagle_formats import load_head
     from specjax.models.pure import PureModel
     from specjax.sampling import SamplingParams
 
@@ -51,7 +51,7 @@ def test_train_draft_head_command_trains_resumes_and_decodes_exactly(tmp_path):
 
     pre = load_pretrained(fetch_smollm2())
     target, tok = PureModel.of(pre.model), pre.tokenizer
-    head = load_head(tmp_path / "head", pre.model.embed[...])
+    head = load_head(tmp_path / "head", pre.model)
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Name a color."}]))
     greedy = SamplingParams(temperature=0.0)
     ar = generate(target, [prompt], DecodeConfig("autoregressive", greedy, 16)).tokens

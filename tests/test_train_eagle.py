@@ -192,11 +192,11 @@ def test_training_lowers_the_loss_and_resumes(target, shard, tmp_path):
 @pytest.mark.slow
 def test_committed_smollm2_head_greedy_equals_autoregressive():
     from specjax.models import fetch_smollm2, load_pretrained
-    from specjax.models.eagle import load_head
+    from specjax.models.eagle_formats import load_head
 
     pre = load_pretrained(fetch_smollm2())
     target, tok = PureModel.of(pre.model), pre.tokenizer
-    head = load_head(HEAD, pre.model.embed[...])
+    head = load_head(HEAD, pre.model)
     chat = lambda t: tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]))
     prompts = [chat("Why is the sky blue?"), chat("Write a haiku about autumn leaves.")]
     greedy = SamplingParams(temperature=0.0)

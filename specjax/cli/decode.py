@@ -29,7 +29,8 @@ from specjax.decode.ssd.drafter import SSDDrafter
 from specjax.decode.stream import Stream
 from specjax.drafters import ModelDrafter, NgramDrafter
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models.eagle import Frozen, load_head
+from specjax.models.eagle import Frozen
+from specjax.models.eagle_formats import load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model
 from specjax.sampling import SamplingParams
@@ -158,10 +159,12 @@ def build(cfg, mesh=None, draft_mesh=None):
                 replacement=cfg.replacement,
             )
     elif cfg.drafter == "eagle":
-        head = load_head(cfg.draft, target_module.embed[...])
+        head = load_head(cfg.draft, target_module)
+        shared = head.embed[...] is target_module.embed[...]  # else the head ships its own
         if mesh is not None:  # the head is small: replicated, reading the target's embedding
             sharding.shard_module(head, mesh, replicated=True)
-            head.embed = Frozen(target_module.embed[...])
+            if shared:
+                head.embed = Frozen(target_module.embed[...])
         drafter = FeatureDrafter(head, **shape, sampling=sampling, top_paths=cfg.top_paths)
     else:
         drafter = None

@@ -139,19 +139,20 @@ def compilation_cache(cfg) -> None:
 
 
 def head_source(path: str) -> None:
-    """A feature draft head directory (``config.json`` and ``params.npz``), before loading."""
-    from pathlib import Path
+    """A feature draft head directory in a layout specjax reads (its own, EAGLE / SpecForge or
+    speculators: :func:`specjax.models.eagle_formats.detect_format`), before loading."""
+    from specjax.models.eagle_formats import detect_format
 
     if not path:
         raise ConfigError(
             "drafter=eagle needs draft=<a head directory>, e.g. checkpoints/smollm2_eagle"
         )
-    for name in ("config.json", "params.npz"):
-        if not (Path(path) / name).is_file():
-            raise ConfigError(
-                f"draft {path!r} is not a feature draft head (no {name}); train one with "
-                "scripts/train_draft_head.py"
-            )
+    try:
+        detect_format(path)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(
+            f"draft {path!r}: {err}; train one with scripts/train_draft_head.py"
+        ) from None
 
 
 def shape_buckets(cfg):

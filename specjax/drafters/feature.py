@@ -82,8 +82,8 @@ class FeatureDrafter:
             object.__setattr__(self, "head", PureModel(*nnx.split(self.head)))
         if not isinstance(self.head, PureModel) or not isinstance(self.head.config, EagleConfig):
             raise TypeError(
-                "FeatureDrafter: head must be an EagleHead (specjax.models.eagle.load_head), got "
-                f"{type(self.head).__name__}"
+                "FeatureDrafter: head must be an EagleHead "
+                f"(specjax.models.eagle_formats.load_head), got {type(self.head).__name__}"
             )
         check_types(self, num_paths=self.num_paths, draft_len=self.draft_len)
         if self.num_paths < 1 or self.draft_len < 1:

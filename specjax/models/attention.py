@@ -28,6 +28,8 @@ moves the logits by up to 6e-5 (fp32), the windows' by nothing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -74,6 +76,37 @@ def slot_distances(lengths: Array, positions: Array, width: int, start: Array | 
     new_pos = jnp.take_along_axis(positions, jnp.clip(rel, 0, t - 1), axis=1)  # [B, X]
     key_pos = jnp.where((rel >= 0) & (rel < t), new_pos, s)  # [B, X]
     return positions[:, :, None] - key_pos[:, None, :]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HiddenFirstSlot:
+    """A slot rule (the ``kv_mask`` protocol of :func:`attend`): ``inner``'s (or, without one,
+    the committed slots and what ``new_mask`` allows), with slot 0 hidden from every query but
+    one in slot 0 itself. An imported draft head's first pair (the first token, its feature
+    zero) exists only in specjax's layout: vLLM's drafts start at the second token.
+
+    Attributes:
+      lengths: int ``[B]`` committed entries before the call.
+      new_mask: bool ``[B, T, T]`` among the new tokens (unused with ``inner``).
+      inner: a :class:`specjax.tree.LevelMask` or None.
+    """
+
+    lengths: Array
+    new_mask: Array
+    inner: object = None
+
+    def allowed(self, start: Array | int, size: int) -> Array:
+        """bool ``[B, T, size]`` over the ``size`` slots from ``start``."""
+        if self.inner is None:
+            base = allowed_slots(self.lengths, self.new_mask, size, start)
+            t = self.new_mask.shape[-1]
+            query = self.lengths[:, None] + jnp.arange(t)[None, :]  # [B, T] the queries' slots
+        else:  # a tree grown level by level: its nodes never sit in slot 0
+            base = self.inner.allowed(start, size)
+            query = jnp.ones(base.shape[:2], jnp.int32)
+        slot = start + jnp.arange(size)[None, None, :]
+        return base & ~((slot == 0) & (query[..., None] != 0))
 
 
 def visible_slots(

@@ -275,7 +275,8 @@ class Decoder(nnx.Module):
           logits_to_keep: if set, the output head runs on the last this many positions only
           (logits ``[B, logits_to_keep, V]``), e.g. 1 for a prefill that needs the next token.
           features: block indices (0-based) whose output hidden states are also returned, for
-            a feature drafter (:mod:`specjax.drafters.feature`); computed in the same pass.
+            a feature drafter (:mod:`specjax.drafters.feature`); computed in the same pass. -1
+            is the embeddings (the input of block 0).
 
         Returns:
           fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
@@ -298,7 +299,7 @@ class Decoder(nnx.Module):
             attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         x = self.embed_tokens(tokens)  # [B, T, D]
         ks, vs = cache.k, cache.v
-        hidden = {}
+        hidden = {-1: x}  # -1: the embeddings, the input of block 0
         for i, layer in enumerate(self.layers):
             x, ks, vs = layer(x, positions, ks, vs, i, cache.lengths, attn_mask, kv_mask)
             if i in features:
@@ -308,10 +309,11 @@ class Decoder(nnx.Module):
         logits = self.logits(x)
         out = (logits,) if standalone else (logits, KVCache(ks, vs, cache.lengths + t))
         if features:
-            bad = [i for i in features if not 0 <= i < c.num_layers]
+            bad = [i for i in features if not -1 <= i < c.num_layers]
             if bad:
                 raise ValueError(
-                    f"feature layers {bad} outside the model's blocks 0 .. {c.num_layers - 1}"
+                    f"feature layers {bad} outside the model's blocks 0 .. {c.num_layers - 1} "
+                    "(-1: the embeddings)"
                 )
             out += (jnp.stack([hidden[i] for i in features], axis=2).astype(jnp.float32),)
         return out[0] if len(out) == 1 else out

@@ -8,7 +8,7 @@ benchmarks and the notebooks.
 * ``smollm2_self``: the same target with its first ``draft_layers`` layers as the draft
   (:func:`truncated`, weights shared; ``configs/smollm2.py --config.drafter=self``);
 * ``smollm2_eagle``: the same target with its learned EAGLE-3-class feature head,
-  ``checkpoints/smollm2_eagle`` (:func:`specjax.models.eagle.load_head`;
+  ``checkpoints/smollm2_eagle`` (:func:`specjax.models.eagle_formats.load_head`;
   ``configs/smollm2_eagle.py``).
 
 Nothing is cached: every call loads anew, except a target shared through ``reuse``.
@@ -20,7 +20,7 @@ import dataclasses
 from pathlib import Path
 
 from specjax.models.decoder import Decoder
-from specjax.models.eagle import load_head
+from specjax.models.eagle_formats import load_head
 from specjax.models.pure import PureModel, truncated
 from specjax.models.sources import load_model
 from specjax.models.tokenizer import TokenizerBase
@@ -119,7 +119,7 @@ def load_pair(
     if name == "smollm2_self":
         draft = PureModel.of(truncated(module, draft_layers))
     elif name == "smollm2_eagle":
-        draft = PureModel.of(load_head(_resolve(head or EAGLE_HEAD_DIR), module.embed[...]))
+        draft = PureModel.of(load_head(_resolve(head or EAGLE_HEAD_DIR), module))
     return ShippedPair(name, target, module, draft, tokenizer)
 
 

@@ -156,6 +156,7 @@ def gather_windows(features, tokens, in_vocab, a, n, p, starts, *, t, j, index):
         "last": features[idx, -1].astype(jnp.float32),
         "mask": scored & in_vocab[nxt],
         "eval_mask": scored,
+        "first": pos[:, :t] == 0,  # a conversation's first pair: hidden, as in drafting
     }
 
 
@@ -189,7 +190,7 @@ def ttt_loss(head: EagleHead, batch: dict, ttt: int, weight: float):
         q, k, v = head.qkv(g, tokens, positions)
         keys.append(k)
         values.append(v)
-        h, logits = head.finish(g, head.ttt_attention(q, keys, values))
+        h, logits = head.finish(g, head.ttt_attention(q, keys, values, batch.get("first")))
         p = jax.nn.softmax(p_logits[:, j : j + t], axis=-1)  # [B, T, W]
         ce = -jnp.sum(p * jax.nn.log_softmax(logits, axis=-1), axis=-1)  # [B, T]
         m = batch["mask"][:, j : j + t].astype(jnp.float32)
@@ -209,11 +210,11 @@ def evaluate_head(head: EagleHead, target_module, windows: Windows, batches: lis
     d2t = head.d2t[...]
 
     @jax.jit
-    def score(head, feats_in, tokens, last):
+    def score(head, feats_in, tokens, last, first):
         t = feats_in.shape[1]
         g = head.fuse(feats_in)
         q, k, v = head.qkv(g, tokens[:, :t], jnp.broadcast_to(jnp.arange(t), tokens[:, :t].shape))
-        _, logits = head.finish(g, head.ttt_attention(q, [k], [v]))
+        _, logits = head.finish(g, head.ttt_attention(q, [k], [v], first))
         p = jax.nn.softmax(target_module.logits(last[:, :t]))  # its norm, head and soft-cap
         q_w = jax.nn.softmax(logits, axis=-1)
         overlap = jnp.sum(jnp.minimum(p[..., d2t], q_w), axis=-1)
@@ -223,7 +224,7 @@ def evaluate_head(head: EagleHead, target_module, windows: Windows, batches: lis
     agree_sum = overlap_sum = count = 0.0
     for b in batches:
         t = b["feats_in"].shape[1]
-        agree, overlap = score(head, b["feats_in"], b["tokens"], b["last"])
+        agree, overlap = score(head, b["feats_in"], b["tokens"], b["last"], b["first"])
         m = np.asarray(b["eval_mask"][:, :t], np.float64)
         agree_sum += float(np.sum(np.asarray(agree) * m))
         overlap_sum += float(np.sum(np.asarray(overlap) * m))
@@ -241,28 +242,36 @@ def eval_batches(windows: Windows, size: int, count: int, seed: int = 1) -> list
     return [windows.batch(rng, size) for _ in range(count)]
 
 
-def feature_stats(data: dict, layer_index: list[int], sample: int = 20_000, seed: int = 0):
-    """Per-dimension mean and standard deviation ``[A, D]`` of the stored features of the
-    layers ``layer_index`` over (a sample of) the data's tokens."""
+def feature_scale(data: dict, layer_index: list[int], sample: int = 20_000, seed: int = 0):
+    """Per-dimension root mean square ``[A, D]`` of the stored features of the layers
+    ``layer_index`` over (a sample of) the data's tokens: the scale a head divides them by. A
+    scale alone folds into ``fc`` exactly, so the head exports to the published layouts, which
+    have no ``fc`` bias to hold a shift (:func:`specjax.models.eagle_formats.export_head`)."""
     rng = np.random.default_rng(seed)
     z = len(data["tokens"])
     rows = np.sort(rng.choice(z, size=min(sample, z), replace=False))
     x = data["features"][rows][:, layer_index].astype(np.float64)  # [n, A, D]
-    return x.mean(0).astype(np.float32), np.maximum(x.std(0), 1e-3).astype(np.float32)
+    return np.maximum(np.sqrt(np.mean(x * x, axis=0)), 1e-3).astype(np.float32)
 
 
 def new_head(
-    target_module, recipe: HeadRecipe, d2t: np.ndarray, stats=None, seed: int = 0
+    target_module, recipe: HeadRecipe, d2t: np.ndarray, scale=None, seed: int = 0
 ) -> EagleHead:
     """A fresh head for ``target_module`` reading the recipe's layers; its output rows start
-    from the target's rows of the draft vocabulary; ``stats``: the features' ``(mean, std)``
-    (:func:`feature_stats`) it standardises them with."""
+    from the target's rows of the draft vocabulary; ``scale``: the features' per-dimension
+    scale ``[A, D]`` (:func:`feature_scale`) it divides them by."""
     c = target_module.config
     config = EagleConfig.for_target(c, recipe.feature_layers(c.num_layers), len(d2t))
     embed = target_module.embed[...]
     rows = embed if c.tie_embeddings else target_module.lm_head[...].T
     head = EagleHead.create(config, embed, d2t, seed=seed, head_rows=np.asarray(rows)[d2t])
-    if stats is not None:
-        head.feature_shift = Frozen(jnp.asarray(stats[0]))
-        head.feature_scale = Frozen(jnp.asarray(stats[1]))
+    if scale is not None:
+        head.feature_scale = Frozen(jnp.asarray(scale, jnp.float32))
+    return head
+
+
+def without_shift(head: EagleHead) -> EagleHead:
+    """``head`` with its feature shift dropped (heads standardised before scale alone): its
+    drafts change until it is fine-tuned, and it then exports to the published layouts."""
+    head.feature_shift = Frozen(jnp.zeros_like(head.feature_shift[...]))
     return head

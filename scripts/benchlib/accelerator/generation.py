@@ -28,7 +28,8 @@ from specjax.drafters import FeatureDrafter, ModelDrafter, NgramDrafter
 from specjax.models import (
     truncated,
 )
-from specjax.models.eagle import EagleConfig, EagleHead, load_head
+from specjax.models.eagle import EagleConfig, EagleHead
+from specjax.models.eagle_formats import load_head
 from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 
@@ -137,7 +138,7 @@ def speculative_section(sec: Section, bench: Bench) -> None:
     elif not (Path(bench.head_dir) / "params.npz").is_file():
         sec.note(f"Learned head skipped: no head at {bench.head_dir}.")
     else:
-        head = sec.item("load head", lambda: load_head(bench.head_dir, target.module.embed[...]))
+        head = sec.item("load head", lambda: load_head(bench.head_dir, target.module))
         if head is not None:
             sec.note(f"Learned head: {bench.head_dir} (FeatureDrafter, L = {sizes.head_len}).")
     ngram = dict(max_ngram=3, min_ngram=1)  # configs/smollm2.py (via shakespeare.py)

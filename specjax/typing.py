@@ -19,7 +19,7 @@ S      KV-cache capacity (static maximum sequence length).
 U      token-buffer length per row (``DecodeState.tokens [B, U]``: prompt, new tokens and a
        draft's room; not S, the KV-cache capacity).
 X      cache slots one attention window or chunk reads (X <= S).
-D      model width (embedding dimension).
+D      model width (embedding dimension); D_t, the target's, where a draft head's differs.
 H      number of query heads;  G: number of key/value heads (grouped-query attention).
 R      query heads per key/value head (H / G): the grouped axis of attention ``[B, T, G, R, E]``.
 E      head dimension.

@@ -19,7 +19,7 @@ from specjax.drafters.feature import FeatureDrafter
 from specjax.models import load_pretrained
 from specjax.models.decoder import softcap
 from specjax.models.eagle import rms
-from specjax.models.eagle_formats import load_head
+from specjax.models.eagle_formats import detect_format, load_head
 from specjax.sampling import SamplingParams
 from specjax.train import eagle
 from tests.family_fixtures import directory, reference
@@ -60,22 +60,23 @@ def test_a_head_on_a_gemma_target_decodes_exactly():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gemma2", "qwen3"])
-def test_train_draft_head_trains_a_head_for_the_family(family, tmp_path):
+@pytest.mark.parametrize("family, layout", [("gemma2", "specjax"), ("qwen3", "speculators")])
+def test_train_draft_head_trains_a_head_for_the_family(family, layout, tmp_path):
     """The one training command at toy sizes on the family's fixture (ShareGPT prompts through
-    pip), then its head decoding exactly."""
+    pip), written in the layout asked for, then its head decoding exactly."""
     command = [
         sys.executable, str(ROOT / "scripts" / "train_draft_head.py"),
         f"--target={directory(family)}",
         "--num_shards=2", "--holdout_shards=1", "--prompts_per_shard=3", "--max_new_tokens=12",
         "--steps=6", "--batch_size=2", "--seq_len=32", "--eval_batches=1", "--draft_vocab=128",
         f"--data={tmp_path / 'data'}", f"--workdir={tmp_path / 'run'}",
-        f"--out={tmp_path / 'head'}",
+        f"--out={tmp_path / 'head'}", f"--format={layout}",
     ]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "head" / "summary.json").read_text())
     assert summary["training"]["steps"] == 6 and summary["heldout"]["tokens"] > 0
+    assert detect_format(tmp_path / "head") == layout
     model = load_pretrained(directory(family)).model
     head = load_head(tmp_path / "head", model)
     drafter = FeatureDrafter(head, num_paths=1, draft_len=3, sampling=GREEDY)

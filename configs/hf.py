@@ -1,17 +1,16 @@
 r"""Any model users download: a Hugging Face directory (``config.json``, ``*.safetensors``,
-``tokenizer.json``) of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2 or Gemma 3 (text), or a
-``.gguf`` file of those families, as the target; the n-gram (prompt-lookup) drafter by default.
+``tokenizer.json``) or a ``.gguf`` file of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2 or
+Gemma 3 (text) as the target; the n-gram (prompt-lookup) drafter by default.
 
 Command:  python -m specjax.decode --config configs/hf.py --config.target=/path/to/Qwen3-1.7B
-Draft model of the same family (same tokenizer and vocabulary):
-          ... --config.drafter=model --config.draft=/path/to/Qwen3-0.6B
-Self-draft (the target's first layers): ... --config.drafter=self --config.draft_layers=8
-Learned head (specjax's own or an EAGLE-3 layout): ... --config.drafter=eagle --config.draft=DIR
-Base models (no chat template): ... --config.chat=False
+Drafters: --config.drafter=model --config.draft=/path/to/Qwen3-0.6B (same family and tokenizer);
+          --config.drafter=self --config.draft_layers=8; --config.drafter=eagle --config.draft=DIR
+          (specjax's or an EAGLE-3 layout). Base models: --config.chat=False.
 Check:    --config.compare_autoregressive=True prints the speedup and, at temperature 0,
           whether the output equals autoregressive decoding token for token.
 Stops at: the tokenizer's EOS and every eos_token_id of generation_config.json.
-README "Supported models" lists the families and what the tests prove for each.
+Result:   on the 2-core CPU, tiny random models of every family give transformers' logits within
+          1e-4 and its greedy tokens (docs/models.md); speed: BENCHMARKS.md "Model families".
 """
 
 from specjax.config_files import sibling_config

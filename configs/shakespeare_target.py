@@ -1,10 +1,10 @@
 r"""Target model of the default Shakespeare pair (byte-level, 3.2M parameters).
 
 Command:  python scripts/train.py --config configs/shakespeare_target.py
-Hardware: the 2-core CPU sandbox (see BENCHMARKS.md); no GPU.
+Hardware: the 2-core CPU sandbox (shared with other jobs); no GPU.
 Wall time: 37 minutes (300 steps, ~1,100 tokens/s on 2 shared CPU cores).
-Result: held-out loss 1.566 nats/byte (train 1.537); summary.json and loss.png next to the
-checkpoint in checkpoints/shakespeare/target.
+Result:   held-out loss 1.566 nats/byte (train 1.537); summary.json and loss.png next to the
+          checkpoint in checkpoints/shakespeare/target (docs/training.md).
 """
 
 import ml_collections

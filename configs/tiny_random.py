@@ -2,7 +2,8 @@ r"""A tiny random byte-level pair for tests and smoke runs (no files needed): a 
 target and a different random 2-layer draft built from seeds; outputs are gibberish by design.
 
 Command:  python -m specjax.decode --config configs/tiny_random.py
-Result:   runs in seconds on a CPU; greedy output equals autoregressive output
+Hardware: any CPU.
+Result:   runs in seconds; greedy output equals autoregressive output
           (--config.temperature=0 --config.compare_autoregressive=True prints "yes").
 """
 

@@ -87,7 +87,7 @@ def test_a_free_look_probes_only_a_proposal_whose_first_token_holds():
     Where that token is accepted (estimate >= REVEAL) but a dear step keeps the later positions'
     prior from paying, it probes once after the usual wait (PROBE, and EXPLORE of the probe's
     expected loss), so the row can learn that the copy goes on. Below REVEAL, or with a
-    one-token proposal, it never probes (BENCHMARKS.md, session 22: the mt90 trap)."""
+    one-token proposal, it never probes (benchmarks/history/, session 22: the mt90 trap)."""
     widths, rows, l_len = (0, 4), 2, 4
     active = jnp.ones((rows,), bool)
     policy = W.Policy(jnp.asarray([1.0, 2.6]), jnp.int32(W.AUTO))

@@ -28,7 +28,7 @@ from which a row's proposal is worth a probe. The free look keeps that estimate 
 later positions keep their prior until the row drafts; where a step is dear (a width-6 step
 costing 2.2 or more one-token steps on this CPU), a prior of 0.35 on them never pays for
 drafting even while every first token is accepted, and the row never learns that the copy goes
-on (BENCHMARKS.md, session 20: mt90). Probes then follow the same waits and :data:`EXPLORE`
+on (benchmarks/history/, session 20: mt90). Probes then follow the same waits and :data:`EXPLORE`
 as for drafters without a free look; below this estimate none is made (chat prompts, where
 short copied phrases end after a token or two)."""
 

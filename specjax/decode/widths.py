@@ -79,14 +79,14 @@ follow it: upwards at once, downwards when the next verdict at that position con
 kept 88% of fixed drafting's speed when three stopped it, 96% after); from 0.9, three: two
 already depart by 2 standard deviations there, yet come once in a hundred verdicts, and
 followed at once they stopped the Shakespeare pair at temperature 1 for good (simulated: 94.5% of
-fixed drafting, 99.0% with the confirmation; BENCHMARKS.md, session 13)."""
+fixed drafting, 99.0% with the confirmation; benchmarks/history/, session 13)."""
 
 BONUS = 0.0
 """For a drafter without a free look: where a row's level is below the pair's prior, its choice
 reads the level lifted by this many standard errors of a row observed ``seen + PRIOR_WEIGHT``
 times (``sqrt(p (1 - p) / (seen + PRIOR_WEIGHT))``), at most back to the prior. Off (0) as
 shipped: it helped rows of the SmolLM2 head and cost the Shakespeare pair at temperature 1 its
-gain (docs/adaptive_width.md; BENCHMARKS.md, session 11)."""
+gain (docs/adaptive_width.md; benchmarks/history/, session 11)."""
 
 MARGIN = 1.05
 """How much a drafting width's expected goodput must beat width 0's (measured costs are noisy,

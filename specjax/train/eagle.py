@@ -94,7 +94,7 @@ class Windows:
     token for SmolLM2) are copied to the device once; a batch sends only the windows' places
     and is gathered there. Gathering them with NumPy on the host took ~90 ms a step on an H100
     host, with the GPU ~8% busy; gathered here, the H200 heads trained at ~660k tok/s
-    (BENCHMARKS.md, "A larger data size on a lent H200").
+    (benchmarks/history/, "A larger data size on a lent H200").
     """
 
     def __init__(self, data: dict, layer_index: list[int], d2t: np.ndarray, seq_len: int, ttt: int):

@@ -27,7 +27,7 @@ GRID, GRID_ROUNDS = 64, 5
 """The local model's root is found by evaluating the model at ``GRID`` points of its bracket at
 once, ``GRID_ROUNDS`` times (the bracket shrinks 64-fold each time: 2^-30 in all). A scalar
 bisection of 60 dependent steps per pass over V, each a tiny kernel, cost SpecTr 9 ms of a
-B = 1 call on an H100 (BENCHMARKS.md, "On an H100"); on a CPU both take the same time."""
+B = 1 call on an H100 (benchmarks/history/, "On an H100"); on a CPU both take the same time."""
 
 
 def kseq_acceptance(p: Array, q: Array, k: Array, rho: Array) -> tuple[Array, Array]:

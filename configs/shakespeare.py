@@ -25,7 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.ngram_min = 1
     c.dtype = ""  # "" keeps the checkpoint's dtype; float32 | bfloat16
     # Speculation (vLLM's names where one exists).
-    c.verifier = "block"  # greedy | token | block | specinfer | spectr | gbv
+    c.verifier = "block"  # greedy | token | block | gumbel | specinfer | spectr | gbv
     c.num_speculative_tokens = 4  # L
     c.num_paths = 1  # K (> 1 needs specinfer, spectr or gbv)
     c.replacement = True  # the drafter's; False: paths drawn without replacement (specinfer only)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from specjax.typing import Array, PRNGKey
 from specjax.verify.common import argmax_first, sample_weights
+from specjax.verify.gumbel import gumbel_max, gumbel_noise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,12 +115,37 @@ def greedy_token(logits: Array) -> Array:
     return argmax_first(logits.astype(jnp.float32))
 
 
-def next_tokens(keys: PRNGKey, logits: Array, params: SamplingParams) -> Array:
-    """One token per row from the processed law of ``logits [B, V]`` with per-row ``keys [B]``:
-    the first maximal index at temperature 0, else a sample (int32 ``[B]``)."""
+def position_tokens(
+    noise_keys: PRNGKey, positions: Array, logits: Array, params: SamplingParams
+) -> Array:
+    """One token per row from the processed law of ``logits [B, V]``: the first maximal index at
+    temperature 0, else the Gumbel-max draw of row b's noise at its token's position
+    ``positions [B]`` (:func:`specjax.verify.gumbel_noise` of ``noise_keys [B]``): an exact
+    sample that depends on the row's key and the position alone (int32 ``[B]``)."""
     if params.greedy:
         return greedy_token(logits)
-    return jax.vmap(sample)(keys, probs_from_logits(logits, params))
+    noise = gumbel_noise(noise_keys, positions[:, None], logits.shape[-1])[:, 0]  # [B, V]
+    return gumbel_max(probs_from_logits(logits, params), noise)
+
+
+def draw(
+    keys: PRNGKey,
+    probs: Array,
+    positions: Array,
+    coupled: bool,
+    vocab: int | None = None,
+    ids: Array | None = None,
+) -> Array:
+    """A drafter's tokens ``[B, K]`` (indices into the law) from ``probs [B, K, W]``: with
+    per-row step keys ``[B]`` (one independent draw per path: :func:`sample`), or ``coupled``:
+    the Gumbel-max draw of the rows' noise keys at the tokens' ``positions [B]``
+    (:func:`position_tokens`), the noise the target's token at that position is drawn with (the
+    ``gumbel`` verifier). A law over a draft vocabulary (``ids [W]``: its target ids, of
+    ``vocab`` V) reads the noise of those ids: the draw of the law scattered into V."""
+    if not coupled:
+        return jax.vmap(sample)(keys, probs)
+    noise = gumbel_noise(keys, positions[:, None], vocab or probs.shape[-1])  # [B, 1, V]
+    return gumbel_max(probs, noise if ids is None else noise[..., ids])
 
 
 def sample_without_replacement(key: PRNGKey, probs: Array, count: int) -> tuple[Array, Array]:

@@ -320,7 +320,7 @@ def test_drafter_knobs_are_keywords_and_replacement_is_the_drafters(models):
     ):
         with pytest.raises(TypeError, match="positional"):
             positional()
-    last = {ModelDrafter: "replacement", NgramDrafter: "replacement", FeatureDrafter: "top_paths"}
+    last = {ModelDrafter: "coupled", NgramDrafter: "replacement", FeatureDrafter: "coupled"}
     for cls, final in last.items():
         first, *knobs = inspect.signature(cls).parameters.values()
         assert first.kind is first.POSITIONAL_OR_KEYWORD

@@ -68,19 +68,6 @@ def test_the_glossary_table_and_dimensions_agree():
     assert letters == set(glossary.DIMENSIONS), letters ^ set(glossary.DIMENSIONS)
 
 
-MAX_LINES = 400
-
-
-def test_no_python_file_over_400_lines():
-    """One concept per file: a module that outgrows 400 lines is split by concept."""
-    long = {
-        str(path.relative_to(ROOT)): n
-        for path in python_files()
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert not long, f"files over {MAX_LINES} lines: {long}"
-
-
 def imported_modules(path: Path) -> set[str]:
     """The modules ``path`` imports (absolute names; relative imports are not used here)."""
     found = set()

@@ -33,7 +33,7 @@ from tests.reference_exact_cases import (
 @pytest.mark.parametrize("variant", ["dirichlet", "q_zeros", "p_zeros", "one_hot_p"])
 def test_num_draft_lossless(vocab, length, num_draft, variant):
     model = variant_model(vocab, length, variant, seed=4)
-    for name in ("token", "block"):
+    for name in ("token", "block", "gumbel"):
         assert lossless_error(model, name, "chain", 1, length, num_draft) <= TOL, name
     if variant == "one_hot_p":
         assert lossless_error(model, "greedy", "chain", 1, length, num_draft) <= TOL

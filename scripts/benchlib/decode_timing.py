@@ -94,9 +94,9 @@ def _verify(config, state, draft, logits):
 
 
 @functools.partial(jax.jit, static_argnames=("params",), donate_argnums=(1,))
-def _decode(target, cache, lengths, token, keys, params):
+def _decode(target, cache, lengths, token, noise_keys, params):
     logits, cache = benchlib.forward_after(target, cache, lengths, token)
-    return sampling.next_tokens(keys, logits[:, 0], params), cache
+    return sampling.position_tokens(noise_keys, lengths, logits[:, 0], params), cache
 
 
 @jax.jit
@@ -133,12 +133,11 @@ def model_calls(gen: Generator) -> dict[str, Callable[[], Any]]:
         calls["forward"] = forward
         calls["verify"] = lambda: _verify(config, state, draft, logits)
     else:
-        _, k_sample = split_keys(state.keys, 2)  # the keys autoregressive_step samples with
         last = last_tokens(state)
 
         def decode():
             out, holder["cache"] = _decode(
-                target, holder["cache"], base, last, k_sample, config.sampling
+                target, holder["cache"], base, last, state.noise_keys, config.sampling
             )
             return out
 

@@ -47,7 +47,7 @@ def check_decode(cfg) -> None:
     drafter = choice(cfg, "drafter", DRAFTERS)
     placement = choice(cfg, "draft_placement", PLACEMENTS)
     choice(cfg, "dtype", DTYPES)
-    choice(cfg, "verifier", tuple(verify.VERIFIERS))
+    choice(cfg, "verifier", verify.NAMES)
     l_len = integer(cfg, "num_speculative_tokens", 1, 64)
     k_paths = integer(cfg, "num_paths", 1, 64)
     integer(cfg, "draft_layers", 1)

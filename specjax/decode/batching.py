@@ -50,6 +50,7 @@ from specjax.decode.inputs import (
     check_drafter,
     check_prompt,
     check_seed,
+    couple,
 )
 from specjax.decode.loop import Run
 from specjax.decode.metrics import Metrics, Timing
@@ -136,15 +137,16 @@ class ContinuousBatch:
     ):
         check_config(config)
         self.target = as_pure(target)
-        self.drafter = drafter if config.speculative else None
+        self.drafter = couple(drafter, config) if config.speculative else None
         self.config, self.mesh, self.buckets = config, mesh, buckets
         check_drafter(self.target, self.drafter, config)
         check_seed(seed)
-        if config.widths and not config.sampling.greedy:
+        if config.widths and not config.sampling.greedy and config.verifier != "gumbel":
             raise ValueError(
                 "adaptive widths choose one draft width for all rows of a step, so at "
                 "temperature > 0 a request's sample would depend on the requests beside it; "
-                "use a fixed width (widths=()) or temperature 0"
+                "use a fixed width (widths=()), temperature 0 or verifier 'gumbel' (its sample "
+                "does not depend on the widths)"
             )
         if not all(map(is_int, (slots, chunk, refill))):
             raise TypeError(

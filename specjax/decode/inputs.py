@@ -7,6 +7,7 @@ reuse one program. Every problem is one ``ValueError`` naming the fix.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -120,6 +121,15 @@ def check_prompt(prompt, vocab: int, name: str = "the prompt") -> None:
         raise ValueError(f"{name} has token ids outside [0, {vocab}); wrong tokenizer?")
 
 
+def couple(drafter, config: DecodeConfig):
+    """``drafter`` for ``config``: with the ``gumbel`` verifier, one whose draws use the rows'
+    noise (``coupled``: the drafter-invariant coupling); deterministic drafters (n-gram) have
+    nothing to couple. Unchanged otherwise."""
+    if config.verifier != "gumbel" or drafter is None or not hasattr(drafter, "coupled"):
+        return drafter
+    return dataclasses.replace(drafter, coupled=True)
+
+
 def check_drafter(target, drafter: Drafter | None, config: DecodeConfig) -> None:
     """One clear error if ``drafter`` cannot serve ``config``'s verifier on ``target``."""
     if config.speculative and drafter is None:
@@ -134,6 +144,12 @@ def check_drafter(target, drafter: Drafter | None, config: DecodeConfig) -> None
             "set widths=()"
         )
     check_replacement(config, draws_with_replacement(drafter))
+    sampled = hasattr(drafter, "sampling")  # it draws its tokens (else: fixed proposals)
+    if config.verifier == "gumbel" and sampled and not hasattr(drafter, "coupled"):
+        raise ValueError(
+            f"verifier 'gumbel' couples the drafter's draws with the target's noise; "
+            f"{type(drafter).__name__} cannot: use block, or a model, feature or n-gram drafter"
+        )
     if drafter.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"draft vocab_size {drafter.vocab_size} != target vocab_size "

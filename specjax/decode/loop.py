@@ -25,7 +25,14 @@ from specjax.decode import acceptance, adaptive, calibration, widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import PreparedBatch, check_config, check_seed, on_device, prepare
+from specjax.decode.inputs import (
+    PreparedBatch,
+    check_config,
+    check_seed,
+    couple,
+    on_device,
+    prepare,
+)
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, ProgramCache
 from specjax.decode.state import DecodeState, check_target
@@ -105,7 +112,7 @@ class Run:
         """The run of ``prompts`` (checked and padded by :func:`prepare`)."""
         check_config(config)
         target = as_pure(target)
-        drafter = drafter if config.speculative else None
+        drafter = couple(drafter, config) if config.speculative else None
         multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
         batch = prepare(target, drafter, prompts, config, buckets, multiple)
         run = cls(target, drafter, batch, config, seed, mesh)

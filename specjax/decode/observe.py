@@ -19,7 +19,14 @@ import jax
 
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState
-from specjax.decode.step import commit_tree, feature_layers, score_tree, split_keys, tree_laws
+from specjax.decode.step import (
+    commit_tree,
+    draft_keys,
+    feature_layers,
+    score_tree,
+    split_keys,
+    tree_laws,
+)
 from specjax.drafters.base import Drafter, draws_with_replacement
 from specjax.drafters.feature import path_features
 from specjax.models.pure import PureModel
@@ -59,6 +66,7 @@ def observed_step(
       config)``'s.
     """
     keys, k_draft, k_verify = split_keys(state.keys, 3)
+    k_draft = draft_keys(state, config, k_draft)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     k_paths, l_len = draft.tokens.shape[1:]
     layers = feature_layers(drafter)

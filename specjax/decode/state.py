@@ -28,7 +28,12 @@ class DecodeState:
       done: bool ``[B]`` rows that reached a stop token or ``max_new_tokens``.
       target_cache: the target's :class:`KVCache` (``lengths - 1`` entries per row).
       draft_state: the drafter's state (a draft cache, or ``()``).
-      keys: per-row PRNG keys ``[B]`` (rows never share randomness).
+      keys: per-row PRNG keys ``[B]`` (rows never share randomness), split every step.
+      noise_keys: per-row keys ``[B]`` fixed for the generation: the Gumbel noise of a row's
+        position n is drawn from ``fold_in(noise_keys[b], n)`` alone
+        (:func:`specjax.verify.gumbel_noise`). Autoregressive sampling and the ``gumbel``
+        verifier take the target's tokens from it, so their output does not depend on how
+        many tokens a step committed.
       stats: the rows' :class:`StepStats`.
       control: the draft-width controller (:class:`~specjax.decode.widths.WidthControl`) when
         the step chooses its width (``DecodeConfig.widths``), else None.
@@ -41,6 +46,7 @@ class DecodeState:
     target_cache: KVCache
     draft_state: Any
     keys: PRNGKey
+    noise_keys: PRNGKey
     stats: StepStats
     control: Any = None
 

@@ -75,6 +75,7 @@ def init_state(
         draft_state = (
             () if drafter is None else drafter.init(prompts, prompt_lengths, capacity, **extra)
         )
+    keys = sampling.row_keys(key, b) if row_keys is None else row_keys
     return DecodeState(
         tokens=tokens,
         lengths=prompt_lengths,
@@ -82,7 +83,8 @@ def init_state(
         done=jnp.zeros((b,), bool),
         target_cache=target_cache,
         draft_state=draft_state,
-        keys=sampling.row_keys(key, b) if row_keys is None else row_keys,
+        keys=keys,
+        noise_keys=jax.vmap(lambda k: jax.random.fold_in(k, NOISE_STREAM))(keys),
         stats=StepStats.zeros(b, draft_len),
         control=None
         if not widths
@@ -94,6 +96,9 @@ def init_state(
 
 CONTROL_STREAM = 0x7FFFFFFF
 """``fold_in`` data of the width controller's key (rows use ``0 .. B - 1``)."""
+
+NOISE_STREAM = 0x7FFFFFFE
+"""``fold_in`` data of a row's noise key (:attr:`DecodeState.noise_keys`) from its row key."""
 
 
 def feature_layers(drafter) -> tuple[int, ...]:
@@ -136,19 +141,20 @@ def last_tokens(state: DecodeState) -> Array:
 def autoregressive_step(
     target: PureModel, state: DecodeState, config: DecodeConfig, features: tuple[int, ...] = ()
 ):
-    """One target token per active row, sampled exactly as the speculative step's target law.
+    """One target token per active row, sampled exactly as the speculative step's target law:
+    the Gumbel-max draw of the row's noise at the token's position (the ``gumbel`` verifier's
+    target token, so the two agree token for token), the first maximal logit at temperature 0.
 
     With ``features`` (target blocks a feature drafter reads) it returns ``(state, hidden)``,
     ``hidden [B, 1, A, D]`` the fed token's features from the same forward.
     """
-    keys, k_sample = split_keys(state.keys, 2)
     if features:
         logits, cache, hidden = target(
             last_tokens(state), cache=state.target_cache, features=features
         )  # [B, 1, V], _, [B, 1, A, D]
     else:
         logits, cache = target(last_tokens(state), cache=state.target_cache)  # [B, 1, V]
-    token = sampling.next_tokens(k_sample, logits[:, 0], config.sampling)  # [B]
+    token = sampling.position_tokens(state.noise_keys, state.lengths, logits[:, 0], config.sampling)
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     fault = ~finite_rows(logits)  # broken target weights: the row ends, the host raises
@@ -159,7 +165,6 @@ def autoregressive_step(
         lengths=lengths,
         done=done | (active & fault),
         target_cache=cache,
-        keys=keys,
         stats=state.stats.record(active, none, none, fault=fault),
     )
     return (new, hidden) if features else new
@@ -179,7 +184,8 @@ def verify_rows(
     config: DecodeConfig, keys, draft: Draft, num_draft, target_probs, *, replacement: bool = True
 ):
     """Runs the verifier once for the batch, each row with its own key ``keys [B]`` (rows never
-    share randomness; a row's outcome is what verifying it alone with its key gives).
+    share randomness; a row's outcome is what verifying it alone with its key gives), or for
+    ``gumbel`` the noise of its positions ``[B, L + 1, V]``.
     ``replacement``: the drafter's (how sibling paths were drawn), told to ``specinfer``."""
     fn = verify.get(config.verifier)
     if config.verifier == "specinfer":
@@ -261,6 +267,7 @@ def tree_laws(config: DecodeConfig, logits: Array, k_paths: int, l_len: int) -> 
 def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, config: DecodeConfig):
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
+    k_draft = draft_keys(state, config, k_draft)
     draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     layers = feature_layers(drafter)
     out = verify_and_commit(
@@ -278,6 +285,13 @@ def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, co
         state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
     return new.replace(draft_state=draft_state)
+
+
+def draft_keys(state: DecodeState, config: DecodeConfig, k_draft: PRNGKey) -> PRNGKey:
+    """The keys a drafter draws with: the step's own, or for the ``gumbel`` verifier the rows'
+    noise keys, so that a coupled drafter's token at position n is drawn with the noise the
+    target's is (:mod:`specjax.verify.gumbel`)."""
+    return state.noise_keys if config.verifier == "gumbel" else k_draft
 
 
 def verify_and_commit(
@@ -345,6 +359,9 @@ def commit_tree(
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
     """
     b, k_paths, l_len = draft.tokens.shape
+    if config.verifier == "gumbel":  # the noise of the draft's and the bonus's positions
+        positions = state.lengths[:, None] + jnp.arange(l_len + 1)[None, :]
+        k_verify = verify.gumbel_noise(state.noise_keys, positions, logits.shape[-1])
     result, num_draft, overlap = verify_tree(
         config, k_verify, draft, logits, replacement=replacement
     )

@@ -19,7 +19,7 @@ import numpy as np
 from specjax import sharding
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
-from specjax.decode.inputs import prepare
+from specjax.decode.inputs import couple, prepare
 from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, constrain_state
@@ -128,6 +128,7 @@ def generate_on_submeshes(
     ``draft_mesh`` (both already placed there). Same tokens as the single-program loop;
     ``metrics.seconds`` excludes compilation (a warm-up step compiles every program first)."""
     multiple = int(np.lcm(*(sharding.axis_size(m, "data") for m in (mesh, draft_mesh))))
+    drafter = couple(drafter, config)
     batch = prepare(target, drafter, prompts, config, buckets, multiple)
     padded, lengths, capacity, buffer = batch.prompts, batch.lengths, batch.capacity, batch.buffer
     sharding.check_model(target.config, mesh)
@@ -155,6 +156,8 @@ def generate_on_submeshes(
         steps = 0
         while max_steps is None or steps < max_steps:
             keys, k_draft, k_verify = call(_split, state.keys, mesh=mesh)
+            if config.verifier == "gumbel":  # the rows' noise: draft_keys in decode/step.py
+                k_draft = state.noise_keys
             state = state.replace(keys=keys)
             # Copies on the draft's devices (never aliases: _verify donates the state).
             lengths_d = jax.device_put(state.lengths, draft_rows(1), may_alias=False)

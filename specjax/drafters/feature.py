@@ -68,6 +68,8 @@ class FeatureDrafter:
         likely draft token and goes on with its most likely one at every depth; each law
         reported is the point mass at its token. With K > 1 the paths are not i.i.d., so they
         are exact at temperature 0 only (``specinfer``), as the n-gram drafter's.
+      coupled: tokens are the Gumbel-max draws of the noise the target's are drawn with, as
+        :class:`~specjax.drafters.ModelDrafter`'s (the ``gumbel`` verifier; set by the loop).
     """
 
     head: PureModel
@@ -76,6 +78,7 @@ class FeatureDrafter:
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     top_paths: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    coupled: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.head, EagleHead):
@@ -189,7 +192,9 @@ class FeatureDrafter:
         else:
             q_w, q = self._law(root)  # [B, W], [B, V]
             q_b = jnp.broadcast_to(q_w[:, None], (b, k_paths, q_w.shape[-1]))
-            first = d2t[jax.vmap(sampling.sample)(step_keys[:, 0], q_b)]  # [B, K]
+            k0 = keys if self.coupled else step_keys[:, 0]
+            v = self.vocab_size
+            first = d2t[sampling.draw(k0, q_b, lengths, self.coupled, v, d2t)]  # [B, K]
             q = jnp.broadcast_to(q[:, None], (b, k_paths, q.shape[-1]))
         draft = jnp.zeros((b, k_paths, l_len), jnp.int32).at[:, :, 0].set(first)
         probs = jnp.zeros((b, k_paths, l_len, q.shape[-1]), jnp.float32)  # [B, K, L, V]
@@ -208,8 +213,9 @@ class FeatureDrafter:
                 q = self._point_masses(x, logits)  # [B, K, V]
             else:
                 q_w, q = self._law(logits)  # [B, K, W], [B, K, V]
-                keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
-                x = d2t[jax.vmap(sampling.sample)(keys_d, q_w)]  # [B, K]
+                keys_d = keys if self.coupled else jax.vmap(lambda ks: ks[depth])(step_keys)
+                pos = lengths + depth
+                x = d2t[sampling.draw(keys_d, q_w, pos, self.coupled, self.vocab_size, d2t)]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q), h
 
         cache, draft, probs, _ = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs, g))

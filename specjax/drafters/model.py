@@ -45,6 +45,9 @@ class ModelDrafter:
       replacement: True: the K paths are i.i.d.; False: the K root children are drawn without
         replacement in path order (deeper nodes have no siblings then), which only the
         ``specinfer`` verifier verifies (it is told this drafter's ``replacement``).
+      coupled: the token at position n is the Gumbel-max draw of the noise the target's token
+        at n is drawn with (the keys :meth:`propose` receives are the rows' noise keys: the
+        ``gumbel`` verifier; :func:`specjax.sampling.draw`); set by the decoding loop.
     """
 
     model: PureModel
@@ -53,6 +56,7 @@ class ModelDrafter:
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
+    coupled: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.model, Decoder):  # a model as loaded: split it (nothing copied)
@@ -130,7 +134,8 @@ class ModelDrafter:
         step_keys = jax.vmap(lambda k: jax.random.split(k, l_len))(keys)  # [B, L]
         if self.replacement:
             q_b = jnp.broadcast_to(q_root[:, None], (b, k_paths, q_root.shape[-1]))
-            first = jax.vmap(sampling.sample)(step_keys[:, 0], q_b)  # [B, K]
+            k0 = keys if self.coupled else step_keys[:, 0]
+            first = sampling.draw(k0, q_b, lengths, self.coupled)  # [B, K]
             valid = jnp.ones((b, k_paths), bool)
         else:
             draw = lambda k, q: sampling.sample_without_replacement(k, q, k_paths)
@@ -147,8 +152,8 @@ class ModelDrafter:
                 draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask
             )
             q = sampling.probs_from_logits(logits, self.sampling)  # [B, K, V]
-            keys_d = jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
-            x = jax.vmap(sampling.sample)(keys_d, q)  # [B, K]
+            keys_d = keys if self.coupled else jax.vmap(lambda ks: ks[depth])(step_keys)  # [B]
+            x = sampling.draw(keys_d, q, lengths + depth, self.coupled)  # [B, K]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q)
 
         cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs))

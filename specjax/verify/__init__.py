@@ -3,7 +3,9 @@
 Pure functions over padded arrays (see :mod:`specjax.typing` for the dimension letters). Chain
 verifiers take ``(key, draft_tokens [B, L], draft_probs [B, L, V], target_probs [B, L+1, V])``,
 multi-path verifiers ``(key, draft_tokens [B, K, L], draft_probs [B, K, L, V], target_probs
-[B, K, L+1, V])``; all accept ``num_draft=`` and return a :class:`VerifyResult`. A draft law
+[B, K, L+1, V])``; all accept ``num_draft=`` and return a :class:`VerifyResult`. The
+drafter-invariant ``gumbel`` verifier takes the Gumbel noise of the positions in place of the key
+(:data:`COUPLED_VERIFIERS`): its draws belong to positions, not to steps. A draft law
 with a NaN, an infinity or a negative entry ends its path there, in every verifier
 (:func:`~specjax.verify.common.sanitize_draft`): the output stays the target's law.
 
@@ -18,6 +20,7 @@ from specjax.verify.block import block_verify
 from specjax.verify.common import VerifyResult
 from specjax.verify.gbv import gbv_verify
 from specjax.verify.greedy import greedy_verify
+from specjax.verify.gumbel import gumbel_max, gumbel_noise, gumbel_verify
 from specjax.verify.optimal import optimal_acceptance
 from specjax.verify.specinfer import specinfer_verify
 from specjax.verify.spectr import spectr_verify
@@ -38,24 +41,30 @@ MULTIPATH_VERIFIERS: dict[str, Callable[..., VerifyResult]] = {
 """Verifiers of K draft paths ``[B, K, L]``."""
 
 VERIFIERS = {**CHAIN_VERIFIERS, **MULTIPATH_VERIFIERS}
+"""The verifiers that take a PRNG key."""
+
+COUPLED_VERIFIERS: dict[str, Callable[..., VerifyResult]] = {"gumbel": gumbel_verify}
+"""Chain verifiers that take the Gumbel noise of the positions instead of a key
+(:mod:`specjax.verify.gumbel`)."""
+
+NAMES = (*VERIFIERS, *COUPLED_VERIFIERS)
+"""Every verifier name."""
 
 
 def get(name: str) -> Callable[..., VerifyResult]:
     """Returns the verifier registered under ``name``.
 
     Args:
-      name: one of ``greedy``, ``token``, ``block`` (chain) or ``specinfer``, ``spectr``, ``gbv``
-        (multi-path).
+      name: one of ``greedy``, ``token``, ``block``, ``gumbel`` (chain) or ``specinfer``,
+        ``spectr``, ``gbv`` (multi-path).
 
     Raises:
       ValueError: for an unknown name, listing the known ones.
     """
-    try:
-        return VERIFIERS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown verifier {name!r}; choose one of {', '.join(sorted(VERIFIERS))}"
-        ) from None
+    found = VERIFIERS.get(name) or COUPLED_VERIFIERS.get(name)
+    if found is None:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(sorted(NAMES))}")
+    return found
 
 
 def is_multipath(name: str) -> bool:
@@ -66,13 +75,18 @@ def is_multipath(name: str) -> bool:
 
 __all__ = [
     "CHAIN_VERIFIERS",
+    "COUPLED_VERIFIERS",
     "MULTIPATH_VERIFIERS",
+    "NAMES",
     "VERIFIERS",
     "VerifyResult",
     "block_verify",
     "gbv_verify",
     "get",
     "greedy_verify",
+    "gumbel_max",
+    "gumbel_noise",
+    "gumbel_verify",
     "is_multipath",
     "optimal_acceptance",
     "specinfer_verify",

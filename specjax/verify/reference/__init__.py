@@ -32,7 +32,13 @@ from __future__ import annotations
 
 # The oracle's brute force (all 2^V subsets, exact draft-tuple laws) lives beside this package.
 from specjax.verify.optimal_reference import draft_tuple_law, optimal_acceptance_bruteforce
-from specjax.verify.reference.chain import block_law, block_weights_and_stops, greedy_law, token_law
+from specjax.verify.reference.chain import (
+    block_law,
+    block_weights_and_stops,
+    greedy_law,
+    gumbel_law,
+    token_law,
+)
 from specjax.verify.reference.common import Law, Outcome, add_outcome, expected_accepted
 from specjax.verify.reference.gbv import gbv_law, gbv_select
 from specjax.verify.reference.multi_draft import NodeRule, specinfer_law, spectr_law, spectr_rho
@@ -52,6 +58,7 @@ __all__ = [
     "gbv_law",
     "gbv_select",
     "greedy_law",
+    "gumbel_law",
     "law",
     "optimal_acceptance_bruteforce",
     "specinfer_law",

@@ -137,3 +137,35 @@ def block_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
             dist = p[n]
         add_outcome(law, i, dist, 0, float(prob_tau))
     return law
+
+
+def gumbel_law(draft_tokens, draft_probs, target_probs, num_draft=None) -> Law:
+    """Drafter-invariant (Gumbel) verification of a draft drawn independently of the target's
+    noise (``specjax.verify.gumbel``): the target's token at each position is a sample of
+    ``p_i``, independent across positions; a draft token is accepted while it equals it.
+
+    ``P(tau = i, next = y) = prod_{j < i} p_j(x_j) * p_i(y) * [y != x_i]`` for ``i < n``, and
+    ``prod_{j < n} p_j(x_j) * p_n(y)`` for ``i = n``: every emitted token is the target's own
+    sample, whatever the draft (its laws are unused).
+
+    Args:
+      draft_tokens: ``[L]`` int, pads ``-1``.
+      draft_probs: ``[L, V]`` (unused; kept for a uniform signature).
+      target_probs: ``[L+1, V]``.
+      num_draft: valid draft tokens ``n`` (default ``L``).
+
+    Returns:
+      The exact outcome law.
+    """
+    tokens, _, p, n = chain_inputs(draft_tokens, draft_probs, target_probs, num_draft)
+    law: Law = {}
+    reach = 1.0  # P(the target's tokens 0 .. i - 1 equal the draft's)
+    for i in range(n):
+        x = int(tokens[i])
+        differs = p[i].copy()
+        if x >= 0:
+            differs[x] = 0.0
+        add_outcome(law, i, normalize_or(differs, p[i]), 0, reach * float(differs.sum()))
+        reach *= 0.0 if x < 0 else float(p[i, x])
+    add_outcome(law, n, p[n], 0, reach)
+    return law

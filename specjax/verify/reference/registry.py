@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specjax.verify.reference.chain import block_law, greedy_law, token_law
+from specjax.verify.reference.chain import block_law, greedy_law, gumbel_law, token_law
 from specjax.verify.reference.common import Law
 from specjax.verify.reference.gbv import gbv_law
 from specjax.verify.reference.multi_draft import specinfer_law, spectr_law
@@ -16,10 +16,11 @@ LAWS: dict[str, Callable[..., Law]] = {
     "specinfer": specinfer_law,
     "spectr": spectr_law,
     "gbv": gbv_law,
+    "gumbel": gumbel_law,
 }
 """Reference law of every verifier, by registry name."""
 
-CHAIN_LAWS: Sequence[str] = ("greedy", "token", "block")
+CHAIN_LAWS: Sequence[str] = ("greedy", "token", "block", "gumbel")
 """Names whose laws take chain ``[L]`` inputs; the others take multi-path ``[K, L]`` inputs."""
 
 

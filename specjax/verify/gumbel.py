@@ -1,0 +1,89 @@
+"""Drafter-invariant speculative sampling (Daliri, Musco & Suresh, "Coupling without
+Communication and Drafter-Invariant Speculative Decoding", arXiv 2408.07978), one draft chain.
+
+The target's token at absolute position n of a row is ``argmax_v log p_n(v) + G_n(v)``, with
+``G_n`` Gumbel(0, 1) noise drawn from the row's noise key and n alone (:func:`gumbel_noise`):
+the Gumbel-max trick, so the token has exactly the law ``p_n``. A draft token is accepted while
+it equals the target's token at its position; the first that does not is replaced by the
+target's, or, all accepted, the target's token after them is the bonus. Every token that comes
+out is the target's Gumbel-max draw at its position, so the output is the autoregressive sample
+of those keys, token for token, whatever the drafter, its width or the row's place in a batch:
+the rule is exact for any draft, which need not even state its law (it is read only to end a
+path at a law that is not a probability vector, as in every verifier).
+
+A drafter that draws its token at position n with the same noise (``argmax log q_n + G_n``)
+agrees with the target with probability at least (1 - TV(p, q)) / (1 + TV(p, q)) (the paper's
+Theorem 2), against 1 - TV for token verification: the price of invariance.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specjax.typing import Array, PRNGKey
+from specjax.verify.common import (
+    VerifyResult,
+    argmax_first,
+    check_chain_inputs,
+    sanitize_draft,
+    valid_lengths,
+)
+
+
+def gumbel_noise(keys: PRNGKey, positions: Array, vocab: int) -> Array:
+    """float32 ``[B, T, V]`` Gumbel(0, 1) noise of row b at absolute position ``positions[b, t]``:
+    ``gumbel(fold_in(keys[b], position))``, the same wherever and whenever it is drawn."""
+
+    def one(key, position):
+        return jax.random.gumbel(jax.random.fold_in(key, position), (vocab,), jnp.float32)
+
+    return jax.vmap(jax.vmap(one, (None, 0)))(keys, positions.astype(jnp.uint32))
+
+
+def gumbel_max(probs: Array, noise: Array) -> Array:
+    """int32 ``[...]``: ``argmax log probs + noise`` over the last axis (a token of zero
+    probability never wins): a sample of ``probs [..., V]`` given its noise ``[..., V]``."""
+    logp = jnp.where(probs > 0.0, jnp.log(jnp.where(probs > 0.0, probs, 1.0)), -jnp.inf)
+    return argmax_first(logp + noise)
+
+
+def gumbel_verify(
+    noise: Array,
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    *,
+    num_draft: Array | None = None,
+) -> VerifyResult:
+    """Accepts the longest draft prefix equal to the target's Gumbel-max tokens, then emits the
+    target's token after it.
+
+    Args:
+      noise: float ``[B, L+1, V]`` the Gumbel noise of the positions of draft tokens 0 .. L - 1
+        and of the bonus (:func:`gumbel_noise` of the row's noise key): in place of the other
+        verifiers' key, since the draws belong to positions, not to steps.
+      draft_tokens: int ``[B, L]`` (-1 = padding, never accepted).
+      draft_probs: ``[B, L, V]``, read only to end a path at a law that is not a probability
+        vector.
+      target_probs: ``[B, L+1, V]``; row L is the bonus law.
+      num_draft: optional int ``[B]`` valid draft tokens per row.
+
+    Returns:
+      VerifyResult: ``num_accepted`` tau, ``next_token`` the target's token at position tau,
+      ``path`` 0 (each int32 ``[B]``).
+    """
+    b, l, v = check_chain_inputs(
+        "gumbel_verify", draft_tokens, draft_probs, target_probs, num_draft
+    )
+    if tuple(noise.shape) != (b, l + 1, v):
+        raise ValueError(
+            f"gumbel_verify: noise must be [B, L+1, V] = {[b, l + 1, v]}, got {list(noise.shape)}"
+        )
+    _, num_draft = sanitize_draft(draft_probs, num_draft)
+    n = valid_lengths(num_draft, draft_tokens, v)  # [B]
+    target = gumbel_max(target_probs.astype(jnp.float32), noise)  # [B, L+1]
+    match = (draft_tokens == target[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
+    tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+    next_token = jnp.take_along_axis(target, tau[:, None], axis=-1)[:, 0]
+    return VerifyResult(tau, next_token, jnp.zeros((b,), jnp.int32))

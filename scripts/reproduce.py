@@ -8,7 +8,8 @@ r"""The papers' claims reproduced by one command: writes REPRODUCTION.md and its
 One row per claim (the paper, its claim, specjax's measurement, holds or not), then a section per
 claim group: the BV paper's toy example and docs/algorithms.md's golden values (exact), BV against
 token verification, GBV against BV, the multi-draft verifiers against the optimal acceptance,
-and SSD's cache. The logic lives in scripts/reproducelib/, one module per claim group.
+SSD's cache, and drafter-invariant sampling (gumbel) against BV. The logic lives in
+scripts/reproducelib/, one module per claim group.
 
 The pairs (reproducelib/pairs.py): Shakespeare (target and distilled draft), SmolLM2 with a
 truncated self-draft, and SmolLM2 with its learned EAGLE-3-class draft head (about 35 of the
@@ -23,7 +24,7 @@ import time
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import reproducelib  # noqa: F401  (scripts/reproducelib/, the claim groups)
 from absl import app, flags
-from reproducelib import bv_token, gbv, logged, multidraft, pairs, plots, report, ssd, toy
+from reproducelib import bv_token, gbv, gumbel, logged, multidraft, pairs, plots, report, ssd, toy
 from reproducelib.settings import FULL, QUICK
 
 from specjax.decode import compile_cache
@@ -38,7 +39,7 @@ _HEAD = flags.DEFINE_string(
     "head", "checkpoints/smollm2_eagle", "SmolLM2's draft head; '' leaves the head pair out."
 )
 _PAIRS = flags.DEFINE_list("pairs", list(pairs.NAMES), f"Pairs measured, of {pairs.NAMES}.")
-_SECTIONS = flags.DEFINE_list("sections", ["1", "2", "3", "4", "5"], "Sections measured.")
+_SECTIONS = flags.DEFINE_list("sections", ["1", "2", "3", "4", "5", "6"], "Sections measured.")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "off", "auto, off or a directory: JAX's persistent compilation cache."
 )
@@ -79,8 +80,8 @@ def main(argv):
     compile_cache.configure(_CACHE.value)
     settings = QUICK if _QUICK.value else FULL
     wanted = {int(n) for n in _SECTIONS.value}
-    if not wanted <= {1, 2, 3, 4, 5}:
-        raise app.UsageError(f"--sections: numbers 1 to 5, got {_SECTIONS.value}")
+    if not wanted <= {1, 2, 3, 4, 5, 6}:
+        raise app.UsageError(f"--sections: numbers 1 to 6, got {_SECTIONS.value}")
     loaded = load_pairs(settings)
     benchlib.log(f"loaded {', '.join(loaded)} ({time.perf_counter() - start:.0f} s)")
     logs = {}
@@ -96,6 +97,7 @@ def main(argv):
         3: lambda: gbv.run(loaded, logs, settings),
         4: lambda: multidraft.run(logs, labels, settings),
         5: lambda: ssd.run(loaded, settings, 128),
+        6: lambda: gumbel.run(loaded, settings),
     }
     if "shakespeare" not in loaded:
         wanted.discard(5)  # SSD runs on the Shakespeare pair only

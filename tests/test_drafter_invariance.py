@@ -56,7 +56,8 @@ def drafter_for(kind: str, target, draft_len: int = 3, params=HOT):
 
 @pytest.mark.parametrize(
     "kind,draft_len",
-    [("model", 3), ("feature", 2), pytest.param("self", 4, marks=pytest.mark.slow),
+    [("model", 3), pytest.param("feature", 2, marks=pytest.mark.slow),
+     pytest.param("self", 4, marks=pytest.mark.slow),
      pytest.param("ngram", 3, marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_gumbel_equals_autoregressive_token_for_token(

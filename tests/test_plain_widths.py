@@ -72,8 +72,7 @@ def test_a_generation_that_never_drafts_is_the_autoregressive_one(models):
     baseline = generate(target, PROMPTS, DecodeConfig("autoregressive", SAMPLED, NEW), seed=5)
     assert out.tokens == baseline.tokens
     program = jax.jit(decode_program, static_argnames=("config",))
-    start = initial_state(target, drafter, cfg, PROMPTS)
-    start = start.replace(keys=sampling.row_keys(jax.random.key(5), len(PROMPTS)))
+    start = initial_state(target, drafter, cfg, PROMPTS, seed=5)
     adaptive, _ = program(target, drafter, start, NEW, None, _policy(cfg.width_costs), config=cfg)
     assert [
         np.asarray(adaptive.tokens)[b, len(p) : len(p) + NEW].tolist()

@@ -162,6 +162,10 @@ def test_observe_decodes_as_generate_with_a_feature_drafter(tiny_head_drafter):
     seen = observe.observe(target, make(params, 1, 3), PROMPTS, config, seed=5)
     assert seen.tokens == generate(target, PROMPTS, config, make(params, 1, 3), seed=5).tokens
     assert seen.tau.size > 0 and np.all((seen.e_token >= 0) & (seen.e_token <= 3))
+    tv = 1 - seen.overlap  # the exact coupled acceptance at each first draft position
+    assert seen.coupled.shape == seen.tau.shape
+    assert np.all(seen.coupled >= (1 - tv) / (1 + tv) - 1e-5)
+    assert np.all(seen.coupled <= seen.overlap + 1e-5)
 
 
 def test_claim_row_format():
@@ -208,9 +212,11 @@ def test_quick_run_writes_the_report(tmp_path):
     assert len(rows) >= 15
     verdicts = ("holds", "does not hold", "partly", "not measured here")
     assert all(any(f"**{v}**" in row for v in verdicts) for row in rows)
-    assert all(re.search(r"\[§[1-5]\]\(#section-[1-5]\)", row) for row in rows)
-    for n in range(1, 6):
+    assert all(re.search(r"\[§[1-6]\]\(#section-[1-6]\)", row) for row in rows)
+    for n in range(1, 7):
         assert f'<a id="section-{n}"></a>' in text
+    invariance = next(row for row in rows if "drafter invariance" in row)
+    assert "**holds**" in invariance  # gumbel's rows equal drafter=none's, token for token
     # The SmolLM2 + learned head pair's rows in §2, §3 and §4, and its claim rows.
     assert "| smollm2_head | 4 |" in text  # BV against token verification
     assert re.search(r"\| smollm2_head \| gbv \| 2 \| ", text)  # GBV against BV

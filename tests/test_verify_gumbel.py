@@ -162,6 +162,24 @@ def test_coupled_drafts_emit_the_targets_own_draws():
     assert want >= (1 - tv) / (1 + tv) - 1e-12
 
 
+def test_coupled_acceptance_formula():
+    """verify.coupled_acceptance (one sort) equals the pairwise formula on rows with zeros in
+    either law and ties in p / q, and lies between (1 - TV) / (1 + TV) and 1 - TV."""
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.full(7, 0.6), size=200)
+    q = rng.dirichlet(np.full(7, 0.6), size=200)
+    p[:50, 0] = 0.0
+    q[25:75, 1] = 0.0
+    q[100:120] = p[100:120]  # ties everywhere
+    p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    got = np.asarray(verify.coupled_acceptance(jnp.asarray(p), jnp.asarray(q)))
+    want = np.array([exact_agreement(a, b) for a, b in zip(p, q, strict=True)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    tv = 0.5 * np.abs(p - q).sum(-1)
+    assert np.all(got >= (1 - tv) / (1 + tv) - 1e-6) and np.all(got <= 1 - tv + 1e-6)
+    np.testing.assert_allclose(got[100:120], 1.0, rtol=1e-5)
+
+
 def test_greedy_at_temperature_0():
     """One-hot target laws: whatever the noise, the outcome is greedy verification's."""
     rng = np.random.default_rng(9)

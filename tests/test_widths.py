@@ -159,10 +159,10 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
         assert row == ar[r][: len(row)]
 
 
-def initial_state(target, drafter, cfg, prompts):
+def initial_state(target, drafter, cfg, prompts, seed: int = 0):
     b = prepare(target, drafter, prompts, cfg)
     init = jax.jit(prefill_program, static_argnames=("capacity", "buffer", "widths"))
-    args = (b.prompts, b.lengths, b.active, np.int32(0))
+    args = (b.prompts, b.lengths, b.active, np.int32(seed))
     return init(target, drafter, *args, capacity=b.capacity, buffer=b.buffer, widths=cfg.widths)
 
 

@@ -27,11 +27,13 @@ import jax
 import numpy as np
 
 from reproducelib import chain_exact
+from specjax import verify
 from specjax.decode import DecodeConfig
 from specjax.decode.seams import observed_step, outputs, prefill_program, prepare
 
 _prefill = jax.jit(prefill_program, static_argnames=("capacity", "buffer"))
 _step = jax.jit(observed_step, static_argnames=("config",))
+_coupled = jax.jit(verify.coupled_acceptance)
 
 
 @dataclasses.dataclass
@@ -44,18 +46,29 @@ class Observed:
       e_block: the same under block verification ``[N]``.
       tau: tau the real verifier drew ``[N]``.
       tokens: generated ids per row.
+      overlap: ``sum_v min(p, q)`` of the step's first draft position ``[N]``: 1 - TV, the
+        most any verifier accepts there.
+      coupled: the probability that ``gumbel`` accepts there a token drawn with the target's
+        noise (:func:`specjax.verify.coupled_acceptance`) ``[N]``.
     """
 
     e_token: np.ndarray
     e_block: np.ndarray
     tau: np.ndarray
     tokens: list[list[int]]
+    overlap: np.ndarray
+    coupled: np.ndarray
 
     @staticmethod
     def concat(runs: list[Observed]) -> Observed:
         cat = lambda name: np.concatenate([getattr(r, name) for r in runs])
         return Observed(
-            cat("e_token"), cat("e_block"), cat("tau"), [t for r in runs for t in r.tokens]
+            cat("e_token"),
+            cat("e_block"),
+            cat("tau"),
+            [t for r in runs for t in r.tokens],
+            cat("overlap"),
+            cat("coupled"),
         )
 
     def paired(self) -> tuple[float, float]:
@@ -81,11 +94,14 @@ def observe(target, drafter, prompts, config: DecodeConfig, seed: int) -> Observ
         capacity=b.capacity,
         buffer=b.buffer,
     )
-    e_token, e_block, taus = [], [], []
+    e_token, e_block, taus, overlap, coupled = [], [], [], [], []
     while not bool(np.all(jax.device_get(state.done))):
         state, laws = _step(target, drafter, state, config)
         seen = (laws.tokens, laws.draft_probs, laws.target_probs, laws.tau, laws.active)
         tokens, q_rows, p_rows, tau, active = (np.asarray(x) for x in jax.device_get(seen))
+        first = (p_rows[active, 0, 0], q_rows[active, 0, 0])  # [n, V] each: the root laws
+        overlap.append(np.minimum(*first).sum(-1))
+        coupled.append(np.asarray(_coupled(*first)))
         for row in np.flatnonzero(active):
             blocks = [
                 (
@@ -99,5 +115,10 @@ def observe(target, drafter, prompts, config: DecodeConfig, seed: int) -> Observ
             e_block.append(np.mean([chain_exact.block_expected(*blk) for blk in blocks]))
             taus.append(int(tau[row]))
     return Observed(
-        np.asarray(e_token), np.asarray(e_block), np.asarray(taus), outputs(state, b.rows)
+        np.asarray(e_token),
+        np.asarray(e_block),
+        np.asarray(taus),
+        outputs(state, b.rows),
+        np.concatenate(overlap),
+        np.concatenate(coupled),
     )

@@ -20,7 +20,7 @@ from specjax.verify.block import block_verify
 from specjax.verify.common import VerifyResult
 from specjax.verify.gbv import gbv_verify
 from specjax.verify.greedy import greedy_verify
-from specjax.verify.gumbel import gumbel_max, gumbel_noise, gumbel_verify
+from specjax.verify.gumbel import coupled_acceptance, gumbel_max, gumbel_noise, gumbel_verify
 from specjax.verify.optimal import optimal_acceptance
 from specjax.verify.specinfer import specinfer_verify
 from specjax.verify.spectr import spectr_verify
@@ -81,6 +81,7 @@ __all__ = [
     "VERIFIERS",
     "VerifyResult",
     "block_verify",
+    "coupled_acceptance",
     "gbv_verify",
     "get",
     "greedy_verify",

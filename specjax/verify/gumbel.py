@@ -48,6 +48,30 @@ def gumbel_max(probs: Array, noise: Array) -> Array:
     return argmax_first(logp + noise)
 
 
+def coupled_acceptance(target_probs: Array, draft_probs: Array) -> Array:
+    """float32 ``[...]``: the probability that the Gumbel-max draws of ``target_probs`` and
+    ``draft_probs`` (``[..., V]``) with the same noise agree, i.e. that ``gumbel`` accepts a
+    coupled draft token: ``sum_a 1 / sum_v max(p_v / p_a, q_v / q_a)`` (exponential races; at
+    least ``(1 - TV) / (1 + TV)``, at most ``1 - TV``).
+
+    For a, the tokens with ``p_v / q_v >= p_a / q_a`` contribute ``p_v / p_a``, the others
+    ``q_v / q_a``: one sort by that ratio and two cumulative sums, O(V log V) per row.
+    """
+    p = target_probs.astype(jnp.float32)
+    q = draft_probs.astype(jnp.float32)
+    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.where(p > 0, jnp.inf, 0.0))
+    order = jnp.argsort(ratio, axis=-1)
+    p_s = jnp.take_along_axis(p, order, axis=-1)
+    q_s = jnp.take_along_axis(q, order, axis=-1)
+    p_from = jnp.flip(jnp.cumsum(jnp.flip(p_s, -1), -1), -1)  # sum of p at ratios >= a's
+    q_before = jnp.cumsum(q_s, -1) - q_s  # sum of q at ratios < a's
+    both = (p_s > 0) & (q_s > 0)
+    denom = jnp.where(
+        both, p_from / jnp.where(both, p_s, 1.0) + q_before / jnp.where(both, q_s, 1.0), 1.0
+    )
+    return jnp.sum(jnp.where(both, 1.0 / denom, 0.0), axis=-1)
+
+
 def gumbel_verify(
     noise: Array,
     draft_tokens: Array,

@@ -24,7 +24,7 @@ from specjax.decode.loop import Generation, outputs
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, constrain_state
 from specjax.decode.state import check_target
-from specjax.decode.step import init_state, split_keys, verify_and_commit
+from specjax.decode.step import draft_keys, init_state, split_keys, verify_and_commit
 from specjax.drafters.base import Drafter, draws_with_replacement
 from specjax.models.pure import PureModel
 
@@ -156,8 +156,7 @@ def generate_on_submeshes(
         steps = 0
         while max_steps is None or steps < max_steps:
             keys, k_draft, k_verify = call(_split, state.keys, mesh=mesh)
-            if config.verifier == "gumbel":  # the rows' noise: draft_keys in decode/step.py
-                k_draft = state.noise_keys
+            k_draft = draft_keys(state, config, k_draft)
             state = state.replace(keys=keys)
             # Copies on the draft's devices (never aliases: _verify donates the state).
             lengths_d = jax.device_put(state.lengths, draft_rows(1), may_alias=False)

@@ -2,16 +2,22 @@ r"""Benchmarks the specjax verifiers: time per call against a read-once baseline
 
 Parts, each printed as Markdown tables (and written to ``--output`` if given):
 
-* **timing** -- every verifier (``greedy``, ``token``, ``block`` on chains, K = 1; ``specinfer``
-  with ``replacement=True``, ``spectr``, ``gbv`` on K paths) jitted, compiled ahead of time
-  (compile excluded), warmed up, then the median of several calls with
+* **timing** -- every verifier (``greedy``, ``token``, ``block``, ``gumbel`` (given its noise) on
+  chains, K = 1; ``specinfer`` with ``replacement=True``, ``spectr``, ``gbv`` on K paths) jitted,
+  compiled ahead of time (compile excluded), warmed up, then the median of several calls with
   ``jax.block_until_ready``. Next to each, in the same run and on the same device arrays, the
   *read-once* baseline: one jitted fused reduction (a sum over V) of exactly ``draft_probs`` and
   ``target_probs``, i.e. the cost of reading the verifier's inputs once. Ratio = verifier time /
   read-once time; the goals are <= 2x for chain verifiers and <= 4x for multi-path ones. Then the
   scaling of each verifier with V (fixed B, L) and with L (fixed B, V), read off as time ratios.
   The calls of one point (and all points of the two scaling tables) are timed in interleaved
-  rounds, so their ratios see the same machine load.
+  rounds, so their ratios see the same machine load. ``--baseline=<commit>`` also times that
+  commit's verifiers (``git show``, imported beside the working tree's by
+  :mod:`benchlib.verify_baseline`) in the same rounds on the same arrays, in a table of its own;
+  ``--points`` replaces the main grid (and drops the scaling tables), e.g. for that comparison:
+
+    python scripts/bench_verify.py --parts=timing --baseline=410d1e0^ --points=64:4:32768,1:4:32768
+
 * **primitives** -- the cost of single XLA operations over one ``[B, V]`` row set (sum, max,
   argmax, random bits, the verifiers' final categorical draw, cumsum, argsort), which explains
   what dominates where the goals are not met.
@@ -26,12 +32,12 @@ Parts, each printed as Markdown tables (and written to ``--output`` if given):
 
 Timing inputs are random softmax rows (a small bank of rows per depth, indexed by a hash of the
 prefix, so paths that share a prefix share their rows) with draft tokens drawn from q by inverse
-CDF; generating them is not timed. The default grid takes about 15 minutes on 2 CPU cores (shared
-with other jobs) and needs about 8 GB of memory; ``--quick`` is a smoke run of under a minute,
+CDF; generating them is not timed. The default grid's timing part takes about 3 minutes on 2 CPU
+cores and needs about 8 GB of memory; ``--quick`` is a smoke run of under a minute,
 ``--full`` a wider grid (not timed here; GBV alone takes 20-40 s per call at its largest points).
 The results in BENCHMARKS.md were produced, from the repository root, with:
 
-  python scripts/bench_verify.py --output=/tmp/bench_verify.md
+  python scripts/bench_verify.py --parts=timing,share --min_reps=7 --output=/tmp/bench_verify_new.md
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
-from benchlib import verify_greedy, verify_report, verify_share
+from benchlib import verify_baseline, verify_greedy, verify_report, verify_share
 from benchlib.verify_inputs import (
-    CHAIN,
     MULTIPATH,
+    TIMED_CHAIN,
+    chain_noise,
     chain_of,
     first_paths,
     jitted_verifier,
@@ -82,6 +89,17 @@ _MIN_TIME = flags.DEFINE_float(
     "Seconds of timed calls per function, spread over the rounds (default: per grid).",
 )
 _MAX_REPS = flags.DEFINE_integer("max_reps", 50, "Timed calls per function and round, at most.")
+_BASELINE = flags.DEFINE_string(
+    "baseline",
+    None,
+    "Timing: also time the verifiers of this commit (e.g. 410d1e0^), in the same rounds.",
+)
+_POINTS = flags.DEFINE_list(
+    "points",
+    None,
+    "Timing: B:L:V points replacing the main grid (no scaling tables), e.g. 64:4:32768.",
+)
+_MULTI_K = flags.DEFINE_list("multi_k", None, "Timing: K values of the multi-path verifiers.")
 _ROWS = flags.DEFINE_integer("rows", None, "Efficiency: rows (independent problems).")
 _BOUND_ROWS = flags.DEFINE_integer(
     "bound_rows", None, "Efficiency: rows for the (slow) without-replacement optimal bound."
@@ -95,8 +113,9 @@ class Grid:
     Attributes:
       main: ``(B, L, V)`` points of the main timing table.
       multi_k: K values of the multi-path verifiers (chains always have K = 1).
-      scale_v: ``(B, L, [V, ...])`` for the time-vs-V table (multi-path at the largest K).
-      scale_l: ``(B, V, [L, ...])`` for the time-vs-L table.
+      scale_v: ``(B, L, [V, ...])`` for the time-vs-V table (multi-path at the largest K), or
+        None (no table).
+      scale_l: ``(B, V, [L, ...])`` for the time-vs-L table, or None.
       prim: ``(B, V)`` of the primitives table.
       families: synthetic families of the efficiency table.
       eff_vocab: V of the efficiency table.
@@ -109,8 +128,8 @@ class Grid:
 
     main: tuple[tuple[int, int, int], ...]
     multi_k: tuple[int, ...]
-    scale_v: tuple[int, int, tuple[int, ...]]
-    scale_l: tuple[int, int, tuple[int, ...]]
+    scale_v: tuple[int, int, tuple[int, ...]] | None
+    scale_l: tuple[int, int, tuple[int, ...]] | None
     prim: tuple[int, int]
     families: tuple[str, ...]
     eff_vocab: int
@@ -205,13 +224,14 @@ class Timer:
 
 
 def measure_group(
-    timer: Timer, key, group: dict[tuple[int, int, int], set[int]], results: dict
+    timer: Timer, key, group: dict[tuple[int, int, int], set[int]], results: dict, baseline=None
 ) -> None:
     """Times read-once and every verifier at the points ``{(B, L, V): {K, ...}}``, interleaved.
 
     All points of a group are timed in the same rounds (see :meth:`Timer.ms`), so the ratios
     between them (verifier / read-once, and across V or L) see the same machine load. K = 1
     times the chain verifiers on path 0, K > 1 the multi-path verifiers on the first K paths.
+    ``baseline``: another commit's ``specjax.verify``, timed too (as ``name@baseline``).
     """
     key_verify = jax.random.key(1)
     calls: dict = {}
@@ -221,8 +241,12 @@ def measure_group(
         for k in sorted(ks):
             draft = chain_of(base) if k == 1 else base if k == k_max else first_paths(base, k)
             calls[(b, l, v, k, "read-once")] = (read_once, (draft[1], draft[2]))
-            for name in CHAIN if k == 1 else MULTIPATH:
-                calls[(b, l, v, k, name)] = (verifier_call(name), (key_verify, *draft))
+            for name in TIMED_CHAIN if k == 1 else MULTIPATH:
+                first = chain_noise(key_verify, draft[2]) if name == "gumbel" else key_verify
+                calls[(b, l, v, k, name)] = (verifier_call(name), (first, *draft))
+                if baseline is not None and hasattr(baseline, f"{name}_verify"):
+                    fn = verifier_call(name, package=baseline)
+                    calls[(b, l, v, k, f"{name}@baseline")] = (fn, (first, *draft))
         del base
     times = timer.ms(calls)
     results.update(times)
@@ -234,22 +258,26 @@ def measure_group(
             logging.info("B=%d L=%d V=%d K=%d: %s", b, l, v, k, summary)
 
 
-def run_timing(timer: Timer, grid: Grid, key) -> dict:
-    """Measures the scaling points as one interleaved group, then the rest point by point."""
+def run_timing(timer: Timer, grid: Grid, key, baseline=None) -> dict:
+    """Measures the scaling points (if any) as one interleaved group, then the rest point by
+    point."""
     k_max = max(grid.multi_k)
     scaling: dict[tuple[int, int, int], set[int]] = {}
-    b, l, vs = grid.scale_v
-    for v in vs:
-        scaling[(b, l, v)] = {1, k_max}
-    b, v, ls = grid.scale_l
-    for l in ls:
-        scaling[(b, l, v)] = {1, k_max}
+    if grid.scale_v is not None:
+        b, l, vs = grid.scale_v
+        for v in vs:
+            scaling[(b, l, v)] = {1, k_max}
+    if grid.scale_l is not None:
+        b, v, ls = grid.scale_l
+        for l in ls:
+            scaling[(b, l, v)] = {1, k_max}
     results: dict = {}
-    measure_group(timer, key, scaling, results)
+    if scaling:
+        measure_group(timer, key, scaling, results, baseline)
     for point in grid.main:
         ks = {k for k in (1, *grid.multi_k) if (*point, k, "read-once") not in results}
         if ks:
-            measure_group(timer, key, {point: ks}, results)
+            measure_group(timer, key, {point: ks}, results, baseline)
     return results
 
 
@@ -350,9 +378,20 @@ def main(argv):
         bound_rows=_BOUND_ROWS.value or grid.bound_rows,
         min_time=_MIN_TIME.value if _MIN_TIME.value is not None else grid.min_time,
     )
+    if _POINTS.value:
+        points = tuple(tuple(int(x) for x in point.split(":")) for point in _POINTS.value)
+        if any(len(point) != 3 for point in points):
+            raise app.UsageError("--points takes B:L:V, e.g. 64:4:32768")
+        grid = dataclasses.replace(grid, main=points, scale_v=None, scale_l=None)
+        grid_name += ", --points"
+    if _MULTI_K.value:
+        grid = dataclasses.replace(grid, multi_k=tuple(int(k) for k in _MULTI_K.value))
     unknown = set(_PARTS.value) - {"timing", "primitives", "efficiency", "share", "greedy"}
     if unknown:
         raise app.UsageError(f"unknown --parts {sorted(unknown)}")
+    baseline = None
+    if _BASELINE.value:
+        baseline = verify_baseline.import_verifiers(_BASELINE.value)
     run = benchlib.Run()
     timer = Timer(run, grid.min_time)
     digest = code_digest()
@@ -364,7 +403,12 @@ def main(argv):
         f"{datetime.date.today().isoformat()}; `specjax/verify` sources sha256 {digest}."
     ]
     if "timing" in _PARTS.value:
-        sections += verify_report.timing_tables(grid, run_timing(timer, grid, k_time))
+        results = run_timing(timer, grid, k_time, baseline)
+        sections += verify_report.timing_tables(grid, results)
+        if baseline is not None:
+            sha = baseline.__name__.removeprefix("verify_")
+            name = f"`{_BASELINE.value}` ({sha})" if sha != _BASELINE.value else f"`{sha}`"
+            sections.append(verify_report.baseline_table(grid, results, name))
     if "primitives" in _PARTS.value:
         sections.append(run_primitives(timer, grid, k_prim))
     if "efficiency" in _PARTS.value:

@@ -142,3 +142,98 @@ def test_every_verifier_lowers_for_accelerators(platform):
         traced = jax.jit(verify.get(name)).trace(jax.random.key(0), *args)
         text = traced.lower(lowering_platforms=(platform,)).as_text()
         assert "func.func public @main" in text, name
+
+
+def test_invalid_laws_is_the_entrywise_test():
+    """Two plain reductions (sum, minimum) give the verdict of the entrywise test (a NaN, an
+    infinity or a negative entry; -0.0 is not negative) on rows holding each of them."""
+    from specjax.verify import common
+
+    rng = np.random.default_rng(5)
+    v = 1000
+    q = rng.dirichlet(np.full(v, 0.3), size=(9, 2)).astype(np.float32)  # [9, 2, V]
+    for row, value in enumerate([np.nan, np.inf, -np.inf, -1e-30, -0.0, 0.0, 1e-45, 3.0]):
+        q[row, 0, rng.integers(v)] = value
+    q[8, 1, :] = np.nan
+    want = ~np.all((q >= 0) & (q < np.inf), axis=-1)
+    np.testing.assert_array_equal(jax.jit(common.invalid_laws)(q), want)
+    assert want[:4, 0].all() and not want[4:8, 0].any() and want[8, 1]
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 300, 4096, 49152, 128256, 151936])
+@pytest.mark.parametrize("reread", [False, True])
+def test_argmax_first_is_argmax(vocab, reread):
+    """The two-level argmax (blocks of a divisor of V up to 4096, or 256 with padding) is
+    ``jnp.argmax``: the first maximal index, also among ties and -inf."""
+    from specjax.verify import common
+
+    rng = np.random.default_rng(vocab)
+    x = rng.integers(0, 40, size=(4, 3, vocab)).astype(np.float32)  # many ties
+    x[0, 0] = -np.inf
+    x[1, 1, -1] = 1e9
+    x[2, 2, 0] = 1e9
+    got = jax.jit(lambda x: common.argmax_first(x, reread=reread))(x)
+    np.testing.assert_array_equal(got, jnp.argmax(x, axis=-1))
+
+
+def plain_sample_with(u, weights, fallback):
+    """``common.sample_with`` as first written: the full row's mass decides emptiness."""
+    from specjax.verify import common
+
+    weights = jnp.maximum(weights, 0.0)
+    empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0
+    weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
+    blocks, c = common._blocks(weights, 0.0)
+    j = common._inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])
+    inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]
+    return (j * c + common._inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
+
+
+@pytest.mark.parametrize("vocab", [1, 300, 4096])
+def test_sample_with_is_the_plain_sampler(vocab):
+    """Emptiness from the block sums (the fallback summed only when a row needs it) draws what
+    the full-row test draws: rows with no positive weight, negative weights, -0.0, NaN, +inf,
+    an empty fallback, and batches with and without an empty row."""
+    from specjax.verify import common
+
+    rng = np.random.default_rng(vocab)
+    for trial in range(6):
+        w = rng.standard_normal((12, vocab)).astype(np.float32)
+        w[rng.random(w.shape) < 0.5] = 0.0
+        fallback = rng.random(w.shape).astype(np.float32)
+        if trial % 2:
+            w[::3] = -np.abs(w[::3])  # no positive weight
+            w[1::4] = -0.0
+            fallback[::6] = 0.0
+        else:
+            w = np.abs(w) + 1e-3
+        w[5, 0] = np.nan if trial == 2 else w[5, 0]
+        w[6, -1] = np.inf if trial == 4 else w[6, -1]
+        u = rng.random((12, 2)).astype(np.float32)
+        u[0] = 0.0
+        u[1] = np.nextafter(np.float32(1), np.float32(0))
+        got = jax.jit(common.sample_with)(u, w, fallback)
+        np.testing.assert_array_equal(got, jax.jit(plain_sample_with)(u, w, fallback))
+
+
+def test_block_weights_check_the_laws_in_their_pass():
+    """Block verification's Z pass is the law check too: Z is NaN exactly at the rows that are
+    no law, and elsewhere the plain sum of the excess, bit for bit."""
+    from specjax.verify import block, common
+
+    rng = np.random.default_rng(6)
+    b, l, v = 6, 4, 500
+    q = rng.dirichlet(np.full(v, 0.3), size=(b, l)).astype(np.float32)
+    p = rng.dirichlet(np.full(v, 0.3), size=(b, l + 1)).astype(np.float32)
+    tokens = rng.integers(0, v, size=(b, l)).astype(np.int32)
+    q[0, 1, 3], q[1, 0, :], q[2, 3, 7], q[3, 2, 9], q[4, 1, 0] = np.nan, np.nan, np.inf, -0.5, -0.0
+    log_w, z = jax.jit(block.block_weights)(tokens, q, p)
+    bad = np.asarray(common.invalid_laws(q))
+    np.testing.assert_array_equal(np.isnan(z), bad)
+
+    def plain(log_w, p, q):  # Z as block verification computed it before the fused check
+        wp = jnp.exp(log_w[:, :l])[:, :, None] * p[:, :l]
+        return jnp.sum(jnp.where(wp > q, wp - q, 0.0), axis=-1)
+
+    plain = jax.jit(plain)(log_w, p, q)
+    np.testing.assert_array_equal(np.asarray(z)[~bad], np.asarray(plain)[~bad])

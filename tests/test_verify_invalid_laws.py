@@ -24,7 +24,15 @@ def poison(row: np.ndarray, kind: str, token: int) -> np.ndarray:
     return row
 
 
-@pytest.mark.parametrize("name", CHAIN + MULTI)
+def gumbel(key, tokens, draft_probs, target_probs, *, num_draft):
+    """``gumbel_verify`` with the noise of ``key`` in place of the key (positions 0 .. L)."""
+    b, l, v = draft_probs.shape
+    positions = jnp.broadcast_to(jnp.arange(l + 1), (b, l + 1))
+    noise = verify.gumbel_noise(jax.random.split(key, b), positions, v)
+    return verify.gumbel_verify(noise, tokens, draft_probs, target_probs, num_draft=num_draft)
+
+
+@pytest.mark.parametrize("name", [*CHAIN, "gumbel", *MULTI])
 def test_invalid_draft_law_ends_the_draft(name):
     """A draft law with a NaN, an infinity or a negative entry ends its path there: for every
     key the verifier's result equals, bit for bit, its result on the draft cut at that
@@ -41,8 +49,8 @@ def test_invalid_draft_law_ends_the_draft(name):
     bad = (same_prefix & chosen[:, None, :, :]).any(2)  # [B, K, L]
     first = np.where(bad.any(-1), bad.argmax(-1), l)
     assert 0 < (first < l).mean() < 1 and (first[first < l] > 0).any()
-    chain = name in CHAIN
-    f = jax.jit(verify.get(name) if chain else multipath(name))
+    chain = name in CHAIN or name == "gumbel"
+    f = jax.jit(gumbel if name == "gumbel" else verify.get(name) if chain else multipath(name))
     pick = (lambda x: x[:, 0]) if chain else (lambda x: x)
     full = jnp.full(pick(first).shape, l, jnp.int32)
     want = [

@@ -14,12 +14,16 @@ from specjax.verify import common, synthetic
 
 CHAIN = tuple(verify.CHAIN_VERIFIERS)  # greedy, token, block
 MULTIPATH = tuple(verify.MULTIPATH_VERIFIERS)  # specinfer, spectr, gbv
+TIMED_CHAIN = (*CHAIN, *verify.COUPLED_VERIFIERS)  # and gumbel, given noise for its key
 
 
-def verifier_call(name: str, replacement: bool = True) -> Callable[..., common.VerifyResult]:
+def verifier_call(
+    name: str, replacement: bool = True, package=verify
+) -> Callable[..., common.VerifyResult]:
     """``(key, tokens, draft_probs, target_probs) -> result`` of verifier ``name`` (specinfer
-    with or without ``replacement``)."""
-    fn = verify.get(name)
+    with or without ``replacement``; gumbel takes its noise for the key) from ``package``
+    (another commit's ``specjax.verify``: :mod:`benchlib.verify_baseline`)."""
+    fn = getattr(package, f"{name}_verify")
     if name == "specinfer":
         return lambda key, t, q, p: fn(key, t, q, p, replacement=replacement)
     return lambda key, t, q, p: fn(key, t, q, p)
@@ -74,6 +78,14 @@ def timing_inputs(
         q_bank[depth[..., :length], row[..., :length]],
         p_bank[depth, row],
     )
+
+
+@jax.jit
+def chain_noise(key: jax.Array, target_probs: jax.Array) -> jax.Array:
+    """Gumbel noise ``[B, L+1, V]`` for ``gumbel``'s chain of target rows ``[B, L+1, V]``."""
+    b, rows, v = target_probs.shape
+    positions = jnp.broadcast_to(jnp.arange(rows), (b, rows))
+    return verify.gumbel_noise(jax.random.split(key, b), positions, v)
 
 
 @functools.partial(jax.jit, static_argnames=("num_paths",))

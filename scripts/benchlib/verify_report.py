@@ -7,7 +7,7 @@ import itertools
 import statistics
 
 from benchlib import table
-from benchlib.verify_inputs import CHAIN, MULTIPATH
+from benchlib.verify_inputs import MULTIPATH, TIMED_CHAIN
 
 GOAL = {"chain": 2.0, "multipath": 4.0}
 
@@ -20,13 +20,13 @@ def timing_tables(grid, results: dict) -> list[str]:
     out = []
     # Main table, chains.
     header = ["B", "L", "V", "read-once ms"]
-    for name in CHAIN:
+    for name in TIMED_CHAIN:
         header += [f"{name} ms", f"{name} ×"]
     rows = []
     for b, l, v in grid.main:
         base = results[(b, l, v, 1, "read-once")]
         row: list[object] = [b, l, v, fmt_ms(base)]
-        for name in CHAIN:
+        for name in TIMED_CHAIN:
             t = results[(b, l, v, 1, name)]
             row += [fmt_ms(t), f"{t / base:.1f}"]
         rows.append(row)
@@ -52,7 +52,7 @@ def timing_tables(grid, results: dict) -> list[str]:
     )
     # Goal summary over the main grid.
     rows = []
-    for kind, names, ks in (("chain", CHAIN, (1,)), ("multipath", MULTIPATH, grid.multi_k)):
+    for kind, names, ks in (("chain", TIMED_CHAIN, (1,)), ("multipath", MULTIPATH, grid.multi_k)):
         for name in names:
             ratios = [
                 results[(b, l, v, k, name)] / results[(b, l, v, k, "read-once")]
@@ -76,11 +76,14 @@ def timing_tables(grid, results: dict) -> list[str]:
     )
     # Scaling tables.
     k_max = max(grid.multi_k)
-    for axis, (b, fixed, values) in (("V", grid.scale_v), ("L", grid.scale_l)):
+    for axis, scale in (("V", grid.scale_v), ("L", grid.scale_l)):
+        if scale is None:
+            continue
+        b, fixed, values = scale
         header = ["verifier", "K"] + [f"{axis} = {x}" for x in values]
         header += [f"t({y})/t({x})" for x, y in itertools.pairwise(values)]
         rows = []
-        for k, names in ((1, ("read-once", *CHAIN)), (k_max, ("read-once", *MULTIPATH))):
+        for k, names in ((1, ("read-once", *TIMED_CHAIN)), (k_max, ("read-once", *MULTIPATH))):
             for name in names:
                 ts = []
                 for x in values:
@@ -101,6 +104,26 @@ def timing_tables(grid, results: dict) -> list[str]:
         )
         out.append(f"#### Time (ms) vs {axis} at {fixed_desc} ({note})\n\n" + table(header, rows))
     return out
+
+
+def baseline_table(grid, results: dict, commit: str) -> str:
+    """Every verifier against the same verifier of ``commit`` (``--baseline``), × read-once."""
+    rows = []
+    for b, l, v in grid.main:
+        for k, names in ((1, TIMED_CHAIN), *((k, MULTIPATH) for k in grid.multi_k)):
+            base = results[(b, l, v, k, "read-once")]
+            for name in names:
+                t = results[(b, l, v, k, name)]
+                old = results.get((b, l, v, k, f"{name}@baseline"))
+                row = [name, b, k, l, v, fmt_ms(base), fmt_ms(t), f"{t / base:.2f}"]
+                row += ["—"] * 3 if old is None else [fmt_ms(old), f"{old / base:.2f}"]
+                row += [] if old is None else [f"{t / old:.2f}"]
+                rows.append(row)
+    header = ["verifier", "B", "K", "L", "V", "read-once ms", "now ms", "now ×"]
+    header += ["baseline ms", "baseline ×", "now / baseline"]
+    return f"#### Against {commit} (same rounds, same arrays; × = time / read-once)\n\n" + table(
+        header, rows
+    )
 
 
 def primitives_table(b: int, v: int, times: dict[str, float]) -> str:

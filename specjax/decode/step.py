@@ -243,14 +243,17 @@ def verify_tree(
       where ``config.soft_verdicts``, Σ min(p, q) at each position of the chain ``[B, L]``
       (-1 past its proposed tokens; else None).
     """
-    num_draft = cut_at_stop(draft, config.stop_tokens)  # [B, K]
-    clean, num_draft = verify.common.sanitize_draft(draft.probs, num_draft)
+    # The verifier makes the same cut from the same reductions of draft.probs; XLA merges the
+    # two (one jit), so the laws are checked once per step.
+    bad = verify.common.invalid_laws(draft.probs)  # [B, K, L]
+    num_draft = verify.common.cut_at(bad, cut_at_stop(draft, config.stop_tokens))  # [B, K]
     target_probs = tree_laws(config, logits, *draft.tokens.shape[1:])  # [B, K, L + 1, V]
     result = verify_rows(config, keys, draft, num_draft, target_probs, replacement=replacement)
     overlap = None
     if config.soft_verdicts and draft.tokens.shape[1] == 1:
         l_len = draft.tokens.shape[2]
-        both = jnp.minimum(target_probs[:, 0, :l_len], clean[:, 0])  # [B, L, V]
+        clean = jnp.where(bad[:, 0, :, None], 0.0, draft.probs[:, 0])  # [B, L, V]
+        both = jnp.minimum(target_probs[:, 0, :l_len], clean)  # [B, L, V]
         proposed = jnp.arange(l_len)[None, :] < num_draft  # [B, L]
         overlap = jnp.where(proposed, jnp.sum(both, axis=-1), -1.0)
     return result, num_draft, overlap

@@ -20,7 +20,7 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
-    sanitize_draft,
+    cut_at,
     take_token_prob,
     valid_lengths,
     verifier_uniforms,
@@ -45,6 +45,15 @@ def block_weights_and_stops(
       (``log_w[:, 0] = 0``), and ``h[:, i]`` = P(stop at i | reached from the back), with
       ``h_i = Z_i / (Z_i + 1 - w_i)`` for i < n, ``h_n = w_n`` and ``h_i = 0`` past n.
     """
+    log_w, z = block_weights(draft_tokens, draft_probs, target_probs)
+    return log_w, block_stops(log_w, z, n)
+
+
+def block_weights(
+    draft_tokens: Array, draft_probs: Array, target_probs: Array
+) -> tuple[Array, Array]:
+    """``(log_w [B, L+1], Z [B, L])`` of :func:`block_weights_and_stops`; ``Z_i`` is NaN where
+    draft row i is not a probability vector (a NaN, an infinity or a negative entry)."""
     b, l, _ = draft_probs.shape
     dtype = draft_probs.dtype
     # A log-ratio beyond +-big saturates w to exactly 1 (q = 0) or to 0 (p = 0) in this dtype.
@@ -62,15 +71,25 @@ def block_weights_and_stops(
     log_w = s - jax.lax.cummax(s, axis=1)  # [B, L+1], <= 0
     w = jnp.exp(log_w[:, :l])  # [B, L]  w_0 .. w_{L-1}
     # Z_i = sum_v max(w_i p_{i+1}(v) - q_{i+1}(v), 0): one fused [B, L, V] reduction (written
-    # as a select, which XLA:CPU runs at about twice the speed of the max form).
+    # as a select, which XLA:CPU runs at about twice the speed of the max form). The same pass
+    # checks the draft laws: an entry that is NaN, infinite or negative makes Z_i NaN (the
+    # law check of every verifier, here at no extra pass; valid rows' Z is unchanged).
     wp = w[:, :, None] * target_probs[:, :l]  # [B, L, V]
-    z = jnp.sum(jnp.where(wp > draft_probs, wp - draft_probs, 0.0), axis=-1)
+    excess = jnp.where(wp > draft_probs, wp - draft_probs, 0.0)
+    law = (draft_probs >= 0.0) & (draft_probs < jnp.inf)  # False for NaN too
+    z = jnp.sum(jnp.where(law, excess, jnp.nan), axis=-1)
+    return log_w, z
+
+
+def block_stops(log_w: Array, z: Array, n: Array) -> Array:
+    """``h [B, L+1]`` of :func:`block_weights_and_stops` from ``log_w [B, L+1]``, ``Z [B, L]``
+    and ``n [B]`` (rows of Z from n on are never read into h: they may be NaN)."""
+    b, l = z.shape
     denom = z - jnp.expm1(log_w[:, :l])  # Z_i + 1 - w_i, with 1 - w_i computed exactly
     h_inner = jnp.where(denom > 0.0, z / jnp.where(denom > 0.0, denom, 1.0), 1.0)  # [B, L]
     idx = jnp.arange(l + 1)[None, :]
-    h_inner = jnp.concatenate([h_inner, jnp.zeros((b, 1), dtype)], axis=-1)  # [B, L+1]
-    h = jnp.where(idx < n[:, None], h_inner, jnp.where(idx == n[:, None], jnp.exp(log_w), 0.0))
-    return log_w, h
+    h_inner = jnp.concatenate([h_inner, jnp.zeros((b, 1), z.dtype)], axis=-1)  # [B, L+1]
+    return jnp.where(idx < n[:, None], h_inner, jnp.where(idx == n[:, None], jnp.exp(log_w), 0.0))
 
 
 def block_uniforms(key: PRNGKey, batch: int, length: int, dtype) -> tuple[Array, Array]:
@@ -87,12 +106,15 @@ def block_verify_rows(
     u_y: Array,
 ) -> VerifyResult:
     """Block verification on validated, float inputs with explicit valid lengths ``n [B]`` and
-    the uniforms of :func:`block_uniforms`.
+    the uniforms of :func:`block_uniforms`; ``n`` is cut here at the first draft law that is
+    not a probability vector (past it the laws are only selected away, never computed with).
 
     Shared by :func:`block_verify` and GBV (which passes its skewed draft rows).
     """
     b, l = draft_tokens.shape
-    log_w, h = block_weights_and_stops(draft_tokens, draft_probs, target_probs, n)
+    log_w, z = block_weights(draft_tokens, draft_probs, target_probs)
+    n = cut_at(jnp.isnan(z), n)  # [B]
+    h = block_stops(log_w, z, n)
     idx = jnp.arange(1, l + 1)[None, :]
     success = eta < h[:, 1:]  # h_0 = 1, so tau >= 0; h = 0 past n
     tau = jnp.max(jnp.where(success, idx, 0), axis=-1).astype(jnp.int32)  # last success wins
@@ -124,7 +146,6 @@ def block_verify(
       accepts fewer tokens than :func:`token_verify` in expectation; equal to it for L = 1.
     """
     b, l, _ = check_chain_inputs("block_verify", draft_tokens, draft_probs, target_probs, num_draft)
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     eta, u_y = block_uniforms(key, b, l, dtype)

@@ -197,8 +197,29 @@ def invalid_laws(draft_probs: Array) -> Array:
     Returns:
       bool ``[..., L]``.
     """
-    # One fused comparison: NaN fails both tests, -inf the first, +inf the second.
-    return ~jnp.all((draft_probs >= 0) & (draft_probs < jnp.inf), axis=-1)
+    # Two plain reductions: XLA:CPU runs a reduction of an input at memory speed but writes an
+    # elementwise test out in full before reducing it (4-6x a read). NaN and +-inf make the sum
+    # NaN or infinite, a negative entry or -inf the minimum negative (the minimum alone would
+    # not do: XLA:CPU's skips NaN). A row whose finite entries overflow the sum is no law either.
+    total = jnp.sum(draft_probs, axis=-1)
+    low = jnp.min(draft_probs, axis=-1)
+    return ~(jnp.isfinite(total) & (low >= 0))
+
+
+def cut_at(bad: Array, n: Array | None) -> Array:
+    """``n`` (clipped to [0, L]; L where None) cut at the first True of ``bad``.
+
+    Args:
+      bad: bool ``[..., L]``, e.g. :func:`invalid_laws`.
+      n: optional int ``[...]``.
+
+    Returns:
+      int32 ``[...]``.
+    """
+    length = bad.shape[-1]
+    first_bad = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1), length)
+    n = length if n is None else jnp.clip(jnp.asarray(n, jnp.int32), 0, length)
+    return jnp.minimum(n, first_bad).astype(jnp.int32)
 
 
 def sanitize_draft(draft_probs: Array, num_draft: Array | None) -> tuple[Array, Array]:
@@ -208,10 +229,12 @@ def sanitize_draft(draft_probs: Array, num_draft: Array | None) -> tuple[Array, 
     says nothing about how token i was drawn: a broken drafter (NaN weights, an overflowing
     logit) produces such laws, and every verifier would then accept garbage (a NaN ratio
     compares false, so block verification reads it as q = 0 and accepts the token with
-    certainty). Each verifier calls this first, so the path is cut at its first such position,
-    exactly as if the drafter had proposed fewer tokens (``num_draft`` shortened), and the bad
-    rows are replaced by zeros so that no NaN reaches the arithmetic on the positions past the
-    cut (masked arithmetic does not stop it: NaN * 0 = NaN).
+    certainty). Every verifier cuts the path at its first such position, exactly as if the
+    drafter had proposed fewer tokens (``num_draft`` shortened), and no NaN from a bad row
+    reaches the arithmetic it keeps (masked arithmetic does not stop it: NaN * 0 = NaN). This
+    function returns the cut and the laws with the bad rows zeroed; the verifiers make the same
+    cut (:func:`invalid_laws`, :func:`cut_at`) inside their own passes and select (``where``)
+    where a bad row could reach their results, instead of copying the laws.
 
     Why the output stays exactly the target's law: the cut position depends only on the
     draft's own laws, and the law at position i is a function of the path's tokens before i
@@ -240,13 +263,9 @@ def sanitize_draft(draft_probs: Array, num_draft: Array | None) -> tuple[Array, 
       and int32 ``draft_probs.shape[:-2]``, ``num_draft`` clipped to [0, L] and cut at the
       first bad law.
     """
-    length = draft_probs.shape[-2]
     bad = invalid_laws(draft_probs)  # [..., L]
-    first_bad = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1), length)
-    n = length if num_draft is None else jnp.clip(jnp.asarray(num_draft, jnp.int32), 0, length)
-    n = jnp.minimum(n, first_bad).astype(jnp.int32)
     clean = jnp.where(bad[..., None], jnp.zeros((), draft_probs.dtype), draft_probs)
-    return clean, n
+    return clean, cut_at(bad, num_draft)
 
 
 def valid_lengths(num_draft: Array | None, draft_tokens: Array, vocab_size: int) -> Array:
@@ -293,28 +312,42 @@ def take_row(probs: Array, index: Array) -> Array:
 
 
 BLOCK = 256
-"""Vocabulary block size of the two-level argmax and inverse-CDF sampler."""
+"""Vocabulary block size of the two-level inverse-CDF sampler (and the least of the argmax's)."""
+
+ARGMAX_BLOCK = 4096
+"""Largest vocabulary block of :func:`argmax_first`: a divisor of V, so no padded copy is made."""
 
 
-def _blocks(x: Array, fill) -> tuple[Array, int]:
+def _blocks(x: Array, fill, c: int | None = None) -> tuple[Array, int]:
     """``x [..., V]`` padded with ``fill`` and reshaped to ``[..., V / c, c]`` (c: the vocabulary
-    block size); returns (x, c)."""
+    block size, :data:`BLOCK` unless given); returns (x, c)."""
     v = x.shape[-1]
-    c = min(BLOCK, v)
+    c = min(BLOCK if c is None else c, v)
     pad = -v % c
     if pad:
         x = jnp.concatenate([x, jnp.full((*x.shape[:-1], pad), fill, x.dtype)], axis=-1)
     return x.reshape(*x.shape[:-1], -1, c), c
 
 
-def argmax_first(x: Array) -> Array:
+def _argmax_block(v: int) -> int:
+    """The largest divisor of ``v`` in [BLOCK, ARGMAX_BLOCK], else BLOCK (then V is padded)."""
+    return max((c for c in range(BLOCK, ARGMAX_BLOCK + 1) if v % c == 0), default=BLOCK)
+
+
+def argmax_first(x: Array, *, reread: bool = False) -> Array:
     """``jnp.argmax(x, -1)`` (first maximal index) in two levels: block maxima, then one block.
 
     Same result as ``jnp.argmax`` for non-NaN input, and several times faster on CPU, where
     XLA's variadic (value, index) reduction is slow. int32 ``[...]``.
+
+    ``reread``: take the maximum in a second pass over x instead of from the block maxima. For
+    an x computed with a transcendental (Gumbel-max's log), XLA:CPU then writes x out once;
+    with one pass it writes the log out on its own and x again (1.6x the time).
     """
-    blocks, c = _blocks(x, -jnp.inf)  # [..., nb, c]
+    blocks, c = _blocks(x, -jnp.inf, _argmax_block(x.shape[-1]))  # [..., nb, c]
     block_max = jnp.max(blocks, axis=-1)  # [..., nb]
+    if not reread:  # else XLA rewrites the max of the block maxima as a pass over x
+        block_max = jax.lax.optimization_barrier(block_max)
     top = jnp.max(block_max, axis=-1, keepdims=True)
     nb = block_max.shape[-1]
     j = jnp.min(jnp.where(block_max == top, jnp.arange(nb), nb), axis=-1)  # first block with it
@@ -361,13 +394,21 @@ def sample_with(u: Array, weights: Array, fallback: Array) -> Array:
     Returns:
       int32 ``[B]`` token ids, always with positive weight (or positive fallback weight).
     """
-    weights = jnp.maximum(weights, 0.0)
-    empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0  # [B, 1]
-    weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
-    blocks, c = _blocks(weights, 0.0)  # [B, nb, c]
-    u = u.astype(weights.dtype)
-    j = _inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])  # [B]
-    inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]  # [B, c]
+    blocks, c = _blocks(jnp.maximum(weights, 0.0), 0.0)  # [B, nb, c]
+    # A row has no positive mass iff its block sums add up to 0 (terms >= 0 never cancel), so
+    # no pass over V decides it (XLA:CPU writes out every [B, V] operand it reduces; the
+    # barrier keeps XLA from rewriting the sum of the sums as such a pass). The fallback's
+    # blocks are summed only when some row needs them.
+    sums = jax.lax.optimization_barrier(jnp.sum(blocks, axis=-1))  # [B, nb]
+    empty = jnp.sum(sums, axis=-1, keepdims=True) <= 0.0  # [B, 1]
+    fallback_sums = lambda: jnp.sum(_blocks(jnp.maximum(fallback, 0.0), 0.0)[0], axis=-1)
+    sums = jax.lax.cond(
+        jnp.any(empty), lambda: jnp.where(empty, fallback_sums(), sums), lambda: sums
+    )
+    u = u.astype(blocks.dtype)
+    j = _inverse_cdf(sums, u[:, 0])  # [B]
+    pick = lambda x: jnp.take_along_axis(x, j[:, None, None], axis=1)[:, 0]  # [B, c]
+    inner = jnp.where(empty, jnp.maximum(pick(_blocks(fallback, 0.0)[0]), 0.0), pick(blocks))
     return (j * c + _inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
 
 

@@ -26,9 +26,10 @@ from specjax.verify.common import (
     VerifyResult,
     check_multipath_inputs,
     compute_dtype,
+    cut_at,
     gather_tokens,
+    invalid_laws,
     normalize,
-    sanitize_draft,
     take_row,
     valid_lengths,
 )
@@ -154,7 +155,11 @@ def skewed_draft(p: Array, q: Array, r: Array, num_paths: int) -> Array:
 
 
 def gbv_select(
-    draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array
+    draft_tokens: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    n: Array,
+    bad: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """The greedy path selection and the skewed draft rows along the selected path.
 
@@ -166,7 +171,9 @@ def gbv_select(
       draft_tokens: int ``[B, K, L]``.
       draft_probs: ``[B, K, L, V]`` float.
       target_probs: ``[B, K, L+1, V]`` float.
-      n: int32 ``[B, K]`` valid length per path.
+      n: int32 ``[B, K]`` valid length per path, cut at the first bad law.
+      bad: optional bool ``[B, K, L]``: draft laws that are not probability vectors, read as
+        zeros (None: none).
 
     Returns:
       ``(path [B], length [B], q_skew [B, L, V])``: the selected path (smallest index among equal
@@ -174,6 +181,7 @@ def gbv_select(
       For K = 1 the rows are the draft rows themselves.
     """
     b, k, l = draft_tokens.shape
+    bad = jnp.zeros((b, k, l), bool) if bad is None else bad
 
     def depth(carry, xs):  # a lax.scan: the carry materialises each depth's per-row state
         alive, length, r = carry
@@ -181,6 +189,8 @@ def gbv_select(
         rep = first_true(alive)
         p_d = take_path_row(target_probs, rep, d)  # [B, V]
         q_d = take_path_row(draft_probs, rep, d)  # [B, V]
+        # A select, not arithmetic: no NaN of a bad law reaches the masses (NaN * 0 = NaN).
+        q_d = jnp.where(take_path_row(bad[..., None], rep, d), jnp.zeros((), q_d.dtype), q_d)
         candidates = alive & (d < n) & (tokens_d >= 0)
         has_child = jnp.any(candidates, axis=-1)
         kappa_c = ranking_key(gather_tokens(p_d, tokens_d), gather_tokens(q_d, tokens_d))
@@ -203,6 +213,7 @@ def gbv_select(
     path = first_true(alive)
     # The selected path's rows are its nodes' rows (paths sharing a prefix share its rows).
     q_rows = take_row(draft_probs, path)  # [B, L, V]
+    q_rows = jnp.where(take_row(bad, path)[..., None], jnp.zeros((), q_rows.dtype), q_rows)
     if k == 1:
         return path, length, q_rows
     p_rows = take_row(target_probs, path)[:, :l]  # [B, L, V]
@@ -234,18 +245,14 @@ def gbv_verify(
     b, _, l, _ = check_multipath_inputs(
         "gbv_verify", draft_tokens, draft_probs, target_probs, num_draft
     )
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
+    draft_probs = draft_probs.astype(dtype)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
+    bad = invalid_laws(draft_probs)  # [B, K, L]: on the whole input (a chunk is copied first)
+    n = cut_at(bad, n)
     eta, u_y = block_uniforms(key, b, l, dtype)
     return map_row_chunks(
-        gbv_rows,
-        draft_tokens,
-        draft_probs.astype(dtype),
-        target_probs.astype(dtype),
-        n,
-        eta,
-        u_y,
+        gbv_rows, draft_tokens, draft_probs, target_probs.astype(dtype), n, bad, eta, u_y
     )
 
 
@@ -254,13 +261,15 @@ def gbv_rows(
     draft_probs: Array,
     target_probs: Array,
     n: Array,
+    bad: Array,
     eta: Array,
     u_y: Array,
 ) -> VerifyResult:
-    """GBV on validated, float inputs with valid lengths ``n [B, K]`` and the uniforms of
+    """GBV on validated, float inputs with valid lengths ``n [B, K]`` (cut at the first draft
+    law that is not a probability vector, ``bad [B, K, L]``) and the uniforms of
     :func:`~specjax.verify.block.block_uniforms`."""
     l = draft_tokens.shape[-1]
-    path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n)
+    path, length, q_skew = gbv_select(draft_tokens, draft_probs, target_probs, n, bad)
     tokens = jnp.where(jnp.arange(l)[None, :] < length[:, None], take_row(draft_tokens, path), -1)
     result = block_verify_rows(tokens, q_skew, take_row(target_probs, path), length, eta, u_y)
     return result._replace(path=path)

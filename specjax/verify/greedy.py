@@ -9,7 +9,8 @@ from specjax.verify.common import (
     VerifyResult,
     argmax_first,
     check_chain_inputs,
-    sanitize_draft,
+    cut_at,
+    invalid_laws,
     valid_lengths,
 )
 
@@ -39,8 +40,7 @@ def greedy_verify(
     """
     del key
     check_chain_inputs("greedy_verify", draft_tokens, draft_probs, target_probs, num_draft)
-    _, num_draft = sanitize_draft(draft_probs, num_draft)
-    return greedy_rule(draft_tokens, num_draft, target_probs)
+    return greedy_rule(draft_tokens, cut_at(invalid_laws(draft_probs), num_draft), target_probs)
 
 
 def greedy_rule(draft_tokens: Array, num_draft: Array | None, target_probs: Array) -> VerifyResult:

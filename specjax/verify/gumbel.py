@@ -26,7 +26,8 @@ from specjax.verify.common import (
     VerifyResult,
     argmax_first,
     check_chain_inputs,
-    sanitize_draft,
+    cut_at,
+    invalid_laws,
     valid_lengths,
 )
 
@@ -45,7 +46,7 @@ def gumbel_max(probs: Array, noise: Array) -> Array:
     """int32 ``[...]``: ``argmax log probs + noise`` over the last axis (a token of zero
     probability never wins): a sample of ``probs [..., V]`` given its noise ``[..., V]``."""
     logp = jnp.where(probs > 0.0, jnp.log(jnp.where(probs > 0.0, probs, 1.0)), -jnp.inf)
-    return argmax_first(logp + noise)
+    return argmax_first(logp + noise, reread=True)
 
 
 def coupled_acceptance(target_probs: Array, draft_probs: Array) -> Array:
@@ -104,8 +105,7 @@ def gumbel_verify(
         raise ValueError(
             f"gumbel_verify: noise must be [B, L+1, V] = {[b, l + 1, v]}, got {list(noise.shape)}"
         )
-    _, num_draft = sanitize_draft(draft_probs, num_draft)
-    n = valid_lengths(num_draft, draft_tokens, v)  # [B]
+    n = valid_lengths(cut_at(invalid_laws(draft_probs), num_draft), draft_tokens, v)  # [B]
     target = gumbel_max(target_probs.astype(jnp.float32), noise)  # [B, L+1]
     match = (draft_tokens == target[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]
     tau = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)

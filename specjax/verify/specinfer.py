@@ -10,7 +10,6 @@ from specjax.verify.common import (
     VerifyResult,
     check_multipath_inputs,
     compute_dtype,
-    sanitize_draft,
     take_token_prob,
     valid_lengths,
 )
@@ -39,13 +38,14 @@ def rrs_rule(replacement: bool) -> NodeRule:
     ``u q'(x) < r(x)`` is ``u Q(x) s < W(x) t``. With replacement the residual weights after
     any number of rejections are ``W = max(p - c q, 0)`` for one scalar c per row (c = 0, then
     c <- c + s at each rejection), so a candidate costs one fused reduction over p and q and
-    W is written once, at the end. The first candidate sees s = t = 1 and c = 0 exactly, so
-    K = 1 is token verification bit for bit.
+    W is written once, by the walk, for the node it stops at (the state is c). The first
+    candidate sees s = t = 1 and c = 0 exactly, so K = 1 is token verification bit for bit.
+    Without replacement the state is W itself.
     """
     if replacement:
-        return rrs_iid
+        return NodeRule(rrs_iid, iid_residual)
 
-    def rule(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
+    def decide(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
         candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
 
@@ -77,11 +77,12 @@ def rrs_rule(replacement: bool) -> NodeRule:
         (w, _, _, _, accepted, token), _ = jax.lax.scan(candidate, carry, xs)
         return accepted, token, w
 
-    return rule
+    return NodeRule(decide, lambda p, q, w: w)
 
 
 def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
-    """:func:`rrs_rule` with replacement: residual weights ``max(p - c q, 0)``, mass s."""
+    """:func:`rrs_rule`'s decision with replacement: the state is c ``[B]``
+    (:func:`iid_residual`), the residual's mass s."""
 
     def candidate(carry, xs):  # one sibling tested; the carry materialises the state
         c, s, accepted, token = carry
@@ -102,7 +103,12 @@ def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B,
     zero = jnp.zeros((b,), p.dtype)
     carry = (zero, zero + 1.0, jnp.zeros((b,), bool), jnp.full((b,), -1, jnp.int32))
     (c, _, accepted, token), _ = jax.lax.scan(candidate, carry, (tokens.T, candidates.T, u.T))
-    return accepted, token, jnp.maximum(p - c[:, None] * q, 0.0)
+    return accepted, token, c
+
+
+def iid_residual(p: Array, q: Array, c: Array) -> Array:
+    """The residual weights ``max(p - c q, 0)`` ``[B, V]`` of :func:`rrs_iid`'s state c ``[B]``."""
+    return jnp.maximum(p - c[:, None] * q, 0.0)
 
 
 def specinfer_verify(
@@ -134,7 +140,6 @@ def specinfer_verify(
     check_multipath_inputs("specinfer_verify", draft_tokens, draft_probs, target_probs, num_draft)
     if not isinstance(replacement, bool):
         raise TypeError(f"specinfer_verify: replacement must be True or False, got {replacement!r}")
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(

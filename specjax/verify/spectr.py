@@ -11,10 +11,9 @@ from specjax.verify.common import (
     check_multipath_inputs,
     compute_dtype,
     gather_tokens,
-    sanitize_draft,
     valid_lengths,
 )
-from specjax.verify.tree_walk import first_true, tree_walk
+from specjax.verify.tree_walk import NodeRule, first_true, tree_walk
 
 MAX_PASSES = 40
 """Passes over V that :func:`spectr_rho` may take (it stops when its bracket is (k - 1) 2^-30
@@ -118,8 +117,9 @@ def spectr_rho(p: Array, q: Array, k: Array) -> Array:
     return hi
 
 
-def kseq_rule(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
-    """k-SEQ at one node: each candidate accepted w.p. min(1, p/(rho q)), first accept wins."""
+def kseq_decide(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B, K]
+    """k-SEQ at one node: each candidate accepted w.p. min(1, p/(rho q)), first accept wins;
+    the state is ``(rho, scale)`` ``[B]`` each (:func:`kseq_residual`)."""
     k = jnp.sum(candidates, axis=-1)  # [B]
     rho = spectr_rho(p, q, k)  # [B]
     beta, p_acc = kseq_acceptance(p, q, k.astype(p.dtype), rho)
@@ -130,8 +130,17 @@ def kseq_rule(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [
     ok = candidates & (u * rho[:, None] * q_x < p_x)
     accepted = jnp.any(ok, axis=-1)
     token = jnp.take_along_axis(tokens, first_true(ok)[:, None], axis=-1)[:, 0]
-    residual = jnp.maximum(p - jnp.minimum(q, p / rho[:, None]) * scale[:, None], 0.0)
-    return accepted, token.astype(jnp.int32), residual
+    return accepted, token.astype(jnp.int32), (rho, scale)
+
+
+def kseq_residual(p: Array, q: Array, state: tuple[Array, Array]) -> Array:
+    """k-SEQ's residual weights ``max(p - min(q, p / rho) scale, 0)`` ``[B, V]``."""
+    rho, scale = state
+    return jnp.maximum(p - jnp.minimum(q, p / rho[:, None]) * scale[:, None], 0.0)
+
+
+kseq_rule = NodeRule(kseq_decide, kseq_residual)
+"""k-SEQ at one node (:class:`~specjax.verify.tree_walk.NodeRule`)."""
 
 
 def spectr_verify(
@@ -156,7 +165,6 @@ def spectr_verify(
       VerifyResult, each int32 ``[B]``. K = 1 gives exactly :func:`token_verify`.
     """
     check_multipath_inputs("spectr_verify", draft_tokens, draft_probs, target_probs, num_draft)
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])
     return tree_walk(

@@ -9,8 +9,9 @@ from specjax.verify.common import (
     VerifyResult,
     check_chain_inputs,
     compute_dtype,
+    cut_at,
+    invalid_laws,
     sample_with,
-    sanitize_draft,
     take_row,
     take_token_prob,
     valid_lengths,
@@ -32,7 +33,9 @@ def chain_correction(
     If tau < n it is drawn from ``normalize(max(weight * p_tau - q_tau, 0))`` (rows tau of
     ``target_probs`` and ``draft_probs``; ``weight`` = 1 for token verification, w_tau for block
     verification); if tau == n it is drawn from the target row n (the bonus). A residual with no
-    mass (only possible through float drift) falls back to the target row.
+    mass (only possible through float drift) falls back to the target row. Draft rows from n on
+    may be laws that are not probability vectors (the cut of
+    :func:`~specjax.verify.common.sanitize_draft`): they are never selected.
 
     Args:
       u: ``[B, 2]`` uniforms of the draw (:func:`~specjax.verify.common.correction_uniforms`).
@@ -75,11 +78,12 @@ def token_verify(
       VerifyResult (``num_accepted``, ``next_token``, ``path`` = 0), each int32 ``[B]``.
     """
     b, l, _ = check_chain_inputs("token_verify", draft_tokens, draft_probs, target_probs, num_draft)
-    draft_probs, num_draft = sanitize_draft(draft_probs, num_draft)
     dtype = compute_dtype(draft_probs, target_probs)
     draft_probs = draft_probs.astype(dtype)
     target_probs = target_probs.astype(dtype)
     n = valid_lengths(num_draft, draft_tokens, draft_probs.shape[-1])  # [B]
+    # The law check reads the whole input, outside the row chunks: a chunk is copied first.
+    n = cut_at(invalid_laws(draft_probs), n)
     u, u_y = verifier_uniforms(key, b, (l,), dtype)  # [B, L], [B, 2]
     return map_row_chunks(token_rows, draft_tokens, draft_probs, target_probs, n, u, u_y)
 
@@ -88,7 +92,8 @@ def token_rows(
     draft_tokens: Array, draft_probs: Array, target_probs: Array, n: Array, u: Array, u_y: Array
 ) -> VerifyResult:
     """Token verification given its uniforms: ``u [B, L]`` for the tests, ``u_y [B, 2]`` for
-    the emitted token; inputs validated, float, with valid lengths ``n [B]``."""
+    the emitted token; inputs validated, float, with valid lengths ``n [B]`` (cut at the first
+    draft law that is not a probability vector: the laws past it are only selected away)."""
     b, l = draft_tokens.shape
     p_x = take_token_prob(target_probs[:, :l], draft_tokens)  # [B, L]
     q_x = take_token_prob(draft_probs, draft_tokens)  # [B, L]

@@ -10,6 +10,7 @@ stops there: a residual draw is the correction token and is never matched agains
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,15 +18,30 @@ import jax.numpy as jnp
 from specjax.typing import Array, PRNGKey
 from specjax.verify.common import (
     VerifyResult,
+    cut_at,
+    invalid_laws,
     sample_with,
     take_row,
     verifier_uniforms,
 )
 from specjax.verify.rows import map_row_chunks
 
-NodeRule = Callable[[Array, Array, Array, Array, Array], tuple[Array, Array, Array]]
-"""``rule(p [B, V], q [B, V], tokens [B, K], candidates [B, K], u [B, K])`` ->
-``(accepted [B] bool, accepted_token [B] int32, residual [B, V] unnormalised weights)``."""
+
+class NodeRule(NamedTuple):
+    """The decision at one node, in two parts.
+
+    Attributes:
+      decide: ``(p [B, V], q [B, V], tokens [B, K], candidates [B, K], u [B, K])`` ->
+        ``(accepted [B] bool, accepted_token [B] int32, state)``, ``state`` a pytree of
+        ``[B, ...]`` arrays from which ``residual`` rebuilds the node's residual.
+      residual: ``(p [B, V], q [B, V], state)`` -> ``[B, V]`` unnormalised weights of the token
+        emitted where the walk stops at that node. The walk keeps only the stopping node's
+        state, and its p and q rows are gathered again once the walk ends: a ``[B, V]`` row
+        carried through the depths is written at every depth.
+    """
+
+    decide: Callable[[Array, Array, Array, Array, Array], tuple[Array, Array, object]]
+    residual: Callable[[Array, Array, object], Array]
 
 
 def first_true(mask: Array) -> Array:
@@ -33,11 +49,14 @@ def first_true(mask: Array) -> Array:
     return jnp.argmax(mask, axis=-1).astype(jnp.int32)
 
 
-def take_path_row(probs: Array, path: Array, depth: int) -> Array:
-    """``probs[b, path[b], depth]`` for ``probs [B, K, L or L + 1, V]`` -> ``[B, V]``: one gather
-    of whole rows (slicing ``probs[:, :, depth]`` first makes XLA:CPU copy a strided view)."""
+def take_path_row(probs: Array, path: Array, depth: int, rows: Array | None = None) -> Array:
+    """``probs[rows[b], path[b], depth]`` for ``probs [B', K, L or L + 1, V]`` -> ``[B, V]``
+    (``rows [B]`` int, default ``arange(B')``): one gather of whole rows (slicing
+    ``probs[:, :, depth]`` first makes XLA:CPU copy a strided view)."""
     b, k, r, v = probs.shape
-    return take_row(probs.reshape(b, k * r, v), path * r + depth)
+    if rows is None:
+        return take_row(probs.reshape(b, k * r, v), path * r + depth)
+    return jnp.take(probs.reshape(b * k * r, v), (rows * k + path) * r + depth, axis=0, mode="clip")
 
 
 def tree_walk(
@@ -49,6 +68,10 @@ def tree_walk(
     rule: NodeRule,
 ) -> VerifyResult:
     """Walks the draft tree depth by depth with ``rule`` deciding at each node.
+
+    ``n`` is first cut at the first draft law that is not a probability vector, and a node's
+    draft row that is no law enters the rule as zeros (as if copied clean:
+    :func:`~specjax.verify.common.sanitize_draft`).
 
     Args:
       key: PRNG key.
@@ -63,22 +86,28 @@ def tree_walk(
     """
     b, k, l = draft_tokens.shape
     u, u_y = verifier_uniforms(key, b, (l, k), draft_probs.dtype)  # [B, L, K], [B, 2]
-    walk = lambda *rows: walk_rows(*rows, rule=rule)
-    return map_row_chunks(walk, draft_tokens, draft_probs, target_probs, n, u, u_y)
+    bad = invalid_laws(draft_probs)  # [B, K, L]: on the whole input, which is not copied
+    n = cut_at(bad, n)
+    walk = lambda *args: walk_rows(*args, rule=rule)
+    return map_row_chunks(walk, draft_tokens, n, u, u_y, bad, whole=(draft_probs, target_probs))
 
 
 def walk_rows(
     draft_tokens: Array,
-    draft_probs: Array,
-    target_probs: Array,
     n: Array,
     u: Array,
     u_y: Array,
+    bad: Array,
+    draft_probs: Array,
+    target_probs: Array,
+    rows: Array,
     *,
     rule: NodeRule,
 ) -> VerifyResult:
-    """The walk of :func:`tree_walk` given its uniforms: ``u [B, L, K]`` for the node rules and
-    ``u_y [B, 2]`` for the emitted token.
+    """The walk of :func:`tree_walk` for the batch rows ``rows [C]`` of ``draft_probs`` and
+    ``target_probs`` (read by gathers, never sliced: a slice the loop reads is copied), given
+    their ``draft_tokens [C, K, L]``, lengths ``n [C, K]``, uniforms ``u [C, L, K]`` for the
+    node rules and ``u_y [C, 2]`` for the emitted token, and bad laws ``bad [C, K, L]``.
 
     The depths are a ``lax.while_loop`` that stops once every row's walk has stopped (the
     depths below cannot change the result), and its carry materialises each depth's per-row
@@ -87,34 +116,45 @@ def walk_rows(
     """
     b, k, l = draft_tokens.shape
 
+    def rows_at(path, d):  # p and q rows of node (path, d) [B, V]; a bad law is read as zeros
+        q_d = take_path_row(draft_probs, path, jnp.minimum(d, l - 1), rows)
+        bad_d = take_path_row(bad[..., None], path, jnp.minimum(d, l - 1))  # [B, 1]
+        # A select, not arithmetic: the rule must not see a NaN (NaN * 0 = NaN).
+        q_d = jnp.where(bad_d, jnp.zeros((), q_d.dtype), q_d)
+        return take_path_row(target_probs, path, d, rows), q_d
+
     def open_(carry):
         d, _, done, *_ = carry
         return (d < l) & ~jnp.all(done)
 
     def depth(carry):
-        d, alive, done, tau, weights, fallback = carry
+        d, alive, done, tau, stop_path, stop_depth, state = carry
         rep = first_true(alive)  # [B] any alive path: all share the node's rows
-        p_d = take_path_row(target_probs, rep, d)  # [B, V]
-        q_d = take_path_row(draft_probs, rep, d)  # [B, V]
+        p_d, q_d = rows_at(rep, d)  # [B, V]
         tokens_d = jax.lax.dynamic_index_in_dim(draft_tokens, d, axis=2, keepdims=False)
         u_d = jax.lax.dynamic_index_in_dim(u, d, axis=1, keepdims=False)  # [B, K]
         candidates = alive & (d < n) & (tokens_d >= 0) & ~done[:, None]
-        accepted, token, residual = rule(p_d, q_d, tokens_d, candidates, u_d)
+        accepted, token, state_d = rule.decide(p_d, q_d, tokens_d, candidates, u_d)
         accepted = accepted & ~done
         stop = ~done & ~accepted
-        weights = jnp.where(stop[:, None], residual, weights)
-        fallback = jnp.where(stop[:, None], p_d, fallback)
+        keep = lambda new, old: jnp.where(stop.reshape(-1, *([1] * (old.ndim - 1))), new, old)
+        state = jax.tree.map(keep, state_d, state)
+        stop_path = jnp.where(stop, rep, stop_path)
+        stop_depth = jnp.where(stop, d, stop_depth)
         alive = jnp.where(accepted[:, None], candidates & (tokens_d == token[:, None]), alive)
         tau = jnp.where(accepted, d + 1, tau)
-        return d + 1, alive, done | stop, tau, weights, fallback
+        return d + 1, alive, done | stop, tau, stop_path, stop_depth, state
 
-    rows = jnp.zeros(draft_probs.shape[:1] + draft_probs.shape[-1:], draft_probs.dtype)
-    flags = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
-    carry = (jnp.zeros((), jnp.int32), *flags, rows, rows)
-    _, alive, done, tau, weights, fallback = jax.lax.while_loop(open_, depth, carry)
+    rows_0 = jax.eval_shape(rows_at, jnp.zeros((b,), jnp.int32), 0)
+    shapes = jax.eval_shape(rule.decide, *rows_0, draft_tokens[:, :, 0], u[:, 0] > 0, u[:, 0])[2]
+    state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    ints = jnp.zeros((b,), jnp.int32)
+    flags = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), ints, ints, ints)
+    carry = (jnp.zeros((), jnp.int32), *flags, state)
+    _, alive, done, tau, stop_path, stop_depth, state = jax.lax.while_loop(open_, depth, carry)
     path = first_true(alive)
-    bonus = take_path_row(target_probs, path, l)  # [B, V]
-    weights = jnp.where(done[:, None], weights, bonus)
-    fallback = jnp.where(done[:, None], fallback, bonus)
-    next_token = sample_with(u_y, weights, fallback)
+    # The node the walk stopped at, or the bonus row after the accepted path.
+    p_end, q_end = rows_at(jnp.where(done, stop_path, path), jnp.where(done, stop_depth, l))
+    weights = jnp.where(done[:, None], rule.residual(p_end, q_end, state), p_end)
+    next_token = sample_with(u_y, weights, p_end)
     return VerifyResult(tau, next_token, path)

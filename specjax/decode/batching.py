@@ -40,7 +40,6 @@ import jax
 import numpy as np
 
 from specjax import sharding
-from specjax.decode import acceptance
 from specjax.decode.batch_counts import Progress, Totals, finished_rows
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
@@ -277,8 +276,6 @@ class ContinuousBatch:
             counters = finished_rows(state, finished) if finished else None
             if counters is not None:
                 check_target(counters.stats)  # a broken target ends the run, no garbage out
-                # Their whole generations, calibration's forced steps on them included.
-                acceptance.teach(run, None, counters.stats)
             for j, slot in enumerate(finished):
                 index, request = holder[slot]
                 holder[slot] = None

@@ -6,10 +6,8 @@ import dataclasses
 import math
 
 from specjax import verify
-from specjax.decode.widths import AUTO, RANDOM
+from specjax.decode.widths import WidthPolicy, policy_of
 from specjax.sampling import SamplingParams, is_int
-
-WIDTH_POLICIES = {"auto": AUTO, "random": RANDOM}
 
 AUTOREGRESSIVE = "autoregressive"
 """Pseudo-verifier name: decode one target token per step (the baseline)."""
@@ -27,16 +25,18 @@ class DecodeConfig:
         usually accepts most.
       max_new_tokens: tokens generated per row at most.
       stop_tokens: ids that end a row (kept in the output), e.g. the tokenizer's EOS.
-      widths: draft lengths a step chooses among, ascending, e.g. ``(0, 2, L)``
+      widths: draft lengths a step chooses among, ascending, e.g. ``(0, L)``
         (:mod:`specjax.decode.widths`): 0 is a one-token target step, w > 0 a speculative step
         drafting w tokens per path. ``()`` (the default): every step drafts the drafter's L.
-      width_policy: how the width is chosen: ``"auto"`` (the goodput controller) or
-        ``"random"`` (uniformly per step, for exactness tests).
+      width_policy: how the width is chosen: ``"auto"`` (:class:`~specjax.decode.widths.Goodput`),
+        ``"random"`` (uniformly per step, for exactness tests), ``"fixed"``, or a
+        :class:`~specjax.decode.widths.WidthPolicy`.
       width_costs: the cost of a step at each width relative to a one-token step, e.g.
-        ``(1.0, 1.8)``; ``()``: measured on the compiled program (see
-        :meth:`specjax.decode.loop.generate`). At temperature > 0 the sample a seed gives depends
-        on the widths taken (each is exact, but they spend randomness differently), so pin the
-        costs (or use a fixed width) for samples that repeat across runs.
+        ``(1.0, 1.8)`` (``python -m specjax.calibrate`` measures them into a file the CLI reads);
+        ``()``: measured once per compiled program where the output cannot depend on the
+        widths (temperature 0, or the ``gumbel`` verifier), else
+        :func:`~specjax.decode.widths.guess_costs`, so that a seed fixes the sample
+        (:mod:`specjax.decode.costs`).
 
     The fields from ``widths`` on are keyword-only. Whether draft paths were drawn with or
     without replacement is the drafter's ``replacement``, not a decoding knob.
@@ -48,7 +48,7 @@ class DecodeConfig:
     stop_tokens: tuple[int, ...] = ()
     _: dataclasses.KW_ONLY
     widths: tuple[int, ...] = ()
-    width_policy: str = "auto"
+    width_policy: str | WidthPolicy = "auto"
     width_costs: tuple[float, ...] = ()
 
     def __post_init__(self):
@@ -76,10 +76,7 @@ class DecodeConfig:
                 f"verifier 'greedy' decodes at temperature 0 only (got temperature "
                 f"{self.sampling.temperature}); set temperature=0 or use token or block"
             )
-        if self.width_policy not in WIDTH_POLICIES:
-            raise ValueError(
-                f"width_policy {self.width_policy!r} is not one of {sorted(WIDTH_POLICIES)}"
-            )
+        policy_of(self.width_policy)  # raises, naming the known policies
         if self.widths and not self.speculative:
             raise ValueError("widths need a speculative verifier (not 'autoregressive')")
         if self.width_costs and (
@@ -90,11 +87,6 @@ class DecodeConfig:
                 f"width_costs {self.width_costs} must give one positive, finite cost per width of "
                 f"{self.widths}"
             )
-
-    @property
-    def force_width(self) -> int:
-        """The controller's ``force`` input for :attr:`width_policy`."""
-        return WIDTH_POLICIES[self.width_policy]
 
     def autoregressive(self) -> DecodeConfig:
         """The baseline of this config: the same sampling, lengths and stop tokens, no draft."""

@@ -6,8 +6,7 @@ the state is donated, so caches are updated in place). :func:`generate` runs dec
 first step (timing the first token) and once for the rest;
 :class:`~specjax.decode.stream.Stream` runs it one step per call. Inputs are padded to
 :class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are kept per shape, so
-prompts of different lengths reuse the same two programs. A generation whose width controller
-would never draft runs the autoregressive programs (:meth:`Run.plain`).
+prompts of different lengths reuse the same two programs.
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax import sharding
-from specjax.decode import acceptance, adaptive, calibration, widths
+from specjax.decode import costs as cost_source
+from specjax.decode import widths
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
-from specjax.decode.calibration import Calibration
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import (
     PreparedBatch,
@@ -34,24 +33,13 @@ from specjax.decode.inputs import (
     prepare,
 )
 from specjax.decode.metrics import Metrics, Timing
-from specjax.decode.programs import PROGRAMS, ProgramCache
+from specjax.decode.programs import PROGRAMS
 from specjax.decode.state import DecodeState, check_target
-from specjax.drafters.base import catches_up
 from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
-
-SCRATCH_SEED = 0x5C7A7C
-"""Added to a generation's seed (mod 2**31), with n - 1, for its calibration's n-th scratch
-(:meth:`Run.prepare`): at temperature > 0 the scratches' draws are independent of the
-generation's and of each other, so their forced drafting steps count towards the pair's prior at
-once (at temperature 0 they are the generation's own verdicts: only after it, ``Run.pending``)."""
-
-_NEVER = ProgramCache(256)
-"""Per program and controller inputs: whether its generations never draft (:meth:`Run.plain`)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
@@ -115,9 +103,7 @@ class Run:
         drafter = couple(drafter, config) if config.speculative else None
         multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
         batch = prepare(target, drafter, prompts, config, buckets, multiple)
-        run = cls(target, drafter, batch, config, seed, mesh)
-        run.remake = lambda c: cls.of(target, None, prompts, c, seed, mesh, buckets)
-        return run
+        return cls(target, drafter, batch, config, seed, mesh)
 
     def __init__(self, target, drafter, batch: PreparedBatch, config, seed, mesh):
         target = as_pure(target)
@@ -154,92 +140,28 @@ class Run:
         self.compiled = PROGRAMS.compiled - before
         self.seed = int(seed)
         self._steps: list = []  # steps run by each decode call not yet taken
-        self._scalars, self._policies = {}, {}
-        self.counted = None  # the stats up to which the pair's acceptance counted this run
+        self._scalars, self._inputs = {}, {}
         self.calibration_seconds = 0.0  # spent by prepare() measuring the width costs
-        self.pending = None  # acceptance its scratch calibration saw, counted after the run
-        self.remake = None  # config -> the Run of the same prompts under it (Run.of's)
-        self.as_widths = None  # (widths, L) a plain() run reports its steps under
 
-    def start(self, scratch: int = 0) -> DecodeState:
-        """Runs prefill; ``scratch`` n > 0: the n-th scratch, seeded anew (:data:`SCRATCH_SEED`)."""
-        if not scratch:
-            return self.prefill(*self.args)
-        seed = np.int32((self.seed + SCRATCH_SEED + scratch - 1) % 2**31)
-        return self.prefill(*self.args[:-1], self.put_scalar(seed))
-
-    def calibration(self, create: bool = False) -> Calibration | None:
-        """What :meth:`calibrate` has measured on this program so far (None: nothing yet,
-        unless ``create``)."""
-        if create and self.key not in PROGRAMS.calibrations:
-            length, look = self.drafter.draft_len, adaptive.free_look(self.drafter)
-            # A drafter without a free look learns only by drafting: its rows start from the
-            # pair's counts, pooled and optimistic until known. One with a free look (n-gram)
-            # sees each first verdict anyway, and its acceptance is the prompt's (copying or
-            # not) more than the pair's: its program counts nothing (the default prior).
-            pair = None if look else acceptance.of_pair(self.args[:2], self.config, length)
-            record = Calibration.empty(len(self.config.widths), length, pair, not look)
-            PROGRAMS.calibrations[self.key] = record
-        return PROGRAMS.calibrations.get(self.key)
-
-    def learn(self, stats) -> None:
-        """Adds this generation's drafting steps not counted yet (``stats``: its final
-        :class:`~specjax.decode.state.StepStats`, a host copy) to the pair's acceptance, where
-        generations teach it (:func:`~specjax.decode.acceptance.learns`), then what its scratch
-        calibration saw (held back until now: :func:`~specjax.decode.calibration.calibrate`)."""
-        if acceptance.teach(self, self.counted, stats):
-            self.counted = stats
-        self._count_pending()
-
-    def _count_pending(self) -> None:
-        """Adds what the scratch calibration saw to the pair's counts (once)."""
-        record = self.calibration()
-        if record is not None and self.pending is not None:
-            record.pair.add(self.pending)
-        self.pending = None
-
-    def forget_calibration(self) -> None:
-        """Drops this program's measurements (the next call measures again)."""
-        PROGRAMS.calibrations.pop(self.key, None)
+    def start(self) -> DecodeState:
+        """Runs prefill."""
+        return self.prefill(*self.args)
 
     @property
     def costs(self) -> np.ndarray:
-        """The width costs the controller uses: given, measured (:meth:`calibrate`; the
-        estimates so far while a short generation cut the measurement off), or guessed."""
+        """float32 ``[Y]`` the width costs the policy weighs (:mod:`specjax.decode.costs`): given,
+        measured on this program (:meth:`prepare`), or guessed where no clock may choose."""
         if self.config.width_costs:
             return np.asarray(self.config.width_costs, np.float32)
-        record = self.calibration()
-        if record is not None and record.costs is not None:
-            return record.costs
+        measured = PROGRAMS.costs.get(self.key)
+        if measured is not None and cost_source.may_measure(self.config):
+            return measured
         return widths.guess_costs(self.config.widths, self.drafter.num_paths)
 
     @property
-    def prior(self) -> np.ndarray:
-        """``[L]`` the acceptance a row's estimates start from: the pair's, measured with the
-        costs, or :func:`~specjax.decode.widths.default_prior` where costs are given."""
-        record = None if self.config.width_costs else self.calibration()
-        if record is None:
-            return widths.default_prior(self.drafter.draft_len)
-        return record.prior
-
-    @property
-    def switch(self) -> tuple[float, float]:
-        """What a probe costs beyond its step, in width-0 steps: ``(switch, catch_up per
-        width-0 step)`` (:meth:`Calibration.switch_costs`; zeros where costs are given)."""
-        record = None if self.config.width_costs else self.calibration()
-        return (0.0, 0.0) if record is None else record.switch_costs(catches_up(self.drafter))
-
-    @property
-    def calibrated(self) -> bool:
-        """Whether the controller's costs and prior are settled: given, measured to the end, or
-        not read (no widths, or a forced or random policy)."""
-        record = self.calibration()
-        return (
-            not self.config.widths
-            or bool(self.config.width_costs)
-            or self.config.force_width != widths.AUTO
-            or (record is not None and record.done)
-        )
+    def measured(self) -> bool:
+        """Whether the costs are settled: not to be measured, or measured."""
+        return not cost_source.may_measure(self.config) or self.key in PROGRAMS.costs
 
     def decode(
         self,
@@ -249,41 +171,26 @@ class Run:
         until_done: int | None = None,
     ) -> DecodeState:
         """At most ``max_steps`` steps on ``state`` (donated: do not use it afterwards), ending
-        early once ``until_done`` rows are done (default: all); ``force``: the width policy
-        (:data:`~specjax.decode.widths.AUTO`, or a width index)."""
+        early once ``until_done`` rows are done (default: all); ``force``: a width index every
+        step takes (:data:`~specjax.decode.widths.AUTO`: the policy chooses)."""
         steps = self._scalar(max_steps)
         until = self._scalar(state.batch if until_done is None else until_done)
-        policy = None
-        if self.config.widths:
-            force = self.config.force_width if force == widths.AUTO else force
-            policy = self._policy(force)
+        inputs = self._width_inputs(force) if self.config.widths else None
         state, steps_run = self.decode_executable(
-            self.target, self.drafter, state, steps, until, policy
+            self.target, self.drafter, state, steps, until, inputs
         )
         self._steps.append(steps_run)  # device scalars, read by take_steps
         return state
 
-    def _policy(self, force: int) -> widths.Policy:
-        """The controller's inputs on device, kept per (costs, prior, switch, force), and per
-        force alone once they are settled (:attr:`calibrated`): a streamed sub-millisecond step
-        should pay neither four host-to-device copies nor the ~50 µs of reading them again."""
-        settled = ("settled", force)
-        if settled in self._policies:
-            return self._policies[settled]
-        key, host = self._host_policy(force)
-        if key not in self._policies:
-            self._policies[key] = jax.tree.map(self.put_scalar, host)
-        if self.calibrated:
-            self._policies[settled] = self._policies[key]
-        return self._policies[key]
-
-    def _host_policy(self, force: int) -> tuple[tuple, widths.Policy]:
-        """``(key, policy)``: the controller's inputs as host values, and the key they are kept
-        under (costs, prior, switch, force)."""
-        costs, prior, (switch, catch_up) = self.costs, self.prior, self.switch
-        key = (costs.tobytes(), prior.tobytes(), switch, catch_up, force)
-        inputs = (costs, np.int32(force), prior, np.float32(switch), np.float32(catch_up))
-        return key, widths.Policy(*inputs)
+    def _width_inputs(self, force: int) -> widths.WidthInputs:
+        """The policy's inputs on device, kept per (costs, force): a streamed sub-millisecond
+        step should not pay host-to-device copies."""
+        costs = self.costs
+        key = (costs.tobytes(), force)
+        if key not in self._inputs:
+            host = widths.WidthInputs(costs, np.int32(force))
+            self._inputs[key] = jax.tree.map(self.put_scalar, host)
+        return self._inputs[key]
 
     def _scalar(self, value: int):
         """``value`` as an int32 device scalar (kept: a step of a few hundred microseconds
@@ -298,53 +205,34 @@ class Run:
         return int(np.sum(jax.device_get(taken))) if taken else 0
 
     def calibrate(self, state: DecodeState) -> DecodeState:
-        """Measures the width costs on ``state`` (donated; continuous batching's live slots: the
-        forced steps are exact, their tokens kept), once per program, unless they are settled or
-        unread (:attr:`calibrated`: a forced or random policy's steps, and a seed's sample, do
-        not depend on timing). A generation calls :meth:`prepare`."""
-        if self.calibrated:
+        """Measures the width costs on ``state`` (donated; a batch job's live slots: the forced
+        steps are exact and, where costs may be measured at all, emit the tokens any width
+        would) unless they are settled (:attr:`measured`). A generation calls :meth:`prepare`."""
+        if self.measured:
             return state
-        return calibration.calibrate(self, state)
+        start = time.perf_counter()
+        costs, state = cost_source.measure(self, state)
+        if costs is not None:
+            PROGRAMS.costs[self.key] = costs
+        self.calibration_seconds += time.perf_counter() - start
+        return state
 
     def prepare(self) -> None:
         """What a generation runs before its timing starts, on a scratch prefill of its prompts
-        that it then discards: the width calibration where it is due (:meth:`calibrate`,
-        refilling the scratch when its rows finish; :attr:`calibration_seconds`), else the
-        first run of the programs this run compiled (XLA's first run of a program is slower, a
-        quarter of a second for the SmolLM2 head's decode program: added to
-        :attr:`compile_seconds`). Both happen once per program in a process."""
+        that it then discards: the width costs' measurement where it is due (:meth:`calibrate`;
+        :attr:`calibration_seconds`), else the first run of the programs this run compiled
+        (XLA's first run of a program is slower: added to :attr:`compile_seconds`). Both happen
+        once per program in a process."""
         start = time.perf_counter()
-        if not self.calibrated:
-            scratch = lambda n=0: self.start(scratch=n + 1)
-            calibration.calibrate(self, scratch(), restart=scratch)
-            if not self.config.sampling.greedy:  # its own draws: no verdict of this generation
-                self._count_pending()
+        if not self.measured:
+            costs, _ = cost_source.measure(self, self.start(), restart=self.start)
+            if costs is not None:
+                PROGRAMS.costs[self.key] = costs
             self.calibration_seconds += time.perf_counter() - start
         elif self.compiled:
             jax.block_until_ready(self.decode(self.start(), 1).lengths)
             self.compile_seconds += time.perf_counter() - start
         self._steps = []  # (the scratch's steps are not the generation's)
-
-    def plain(self) -> Run:
-        """The run to time after :meth:`prepare`: this one, or where the width controller would
-        take width 0 at every step (:func:`~specjax.decode.adaptive.never_drafts`), the
-        autoregressive run of the same prompts (the baseline's programs, the same tokens: a
-        width-0 step is an autoregressive step with the same keys), reporting width-0 steps."""
-        config = self.config
-        if not config.widths or self.remake is None or not self.calibrated:
-            return self
-        key, policy = self._host_policy(config.force_width)
-        steps = config.max_new_tokens  # (a generation's steps at most)
-        never = lambda: adaptive.never_drafts(self.drafter, policy, config.widths, steps)
-        if not _NEVER.get((self.key, *key), never)[0]:
-            return self
-        self._count_pending()  # (this generation has decided its widths)
-        run = self.remake(config.autoregressive())
-        run.prepare()
-        run.as_widths = (config.widths, self.drafter.draft_len)
-        run.compile_seconds += self.compile_seconds
-        run.calibration_seconds += self.calibration_seconds
-        return run
 
     def timing(self, seconds: float, first: float, first_tokens: int) -> Timing:
         """The :class:`Timing` of a generation timed at ``seconds`` (the first step's below)."""
@@ -353,10 +241,7 @@ class Run:
     def result(self, state: DecodeState, timing: Timing) -> Generation:
         counters = _counters(state)
         check_target(counters.stats, range(self.batch.rows))
-        self.learn(counters.stats)
         metrics = Metrics.from_state(counters, timing)
-        if self.as_widths is not None:
-            metrics = metrics.at_width_zero(*self.as_widths)
         return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 
 
@@ -395,8 +280,7 @@ def generate(
       ``metrics.compile_seconds`` the compilation this call needed (0 for a seen shape).
     """
     run = Run.of(target, drafter, prompts, config, seed, mesh, buckets)
-    run.prepare()  # (first runs of new programs; adaptive widths' calibration)
-    run = run.plain()
+    run.prepare()  # (first runs of new programs; adaptive widths' costs)
     start = time.perf_counter()
     state = run.decode(run.start(), 1)
     first_lengths = jax.device_get(state.lengths)  # waits for the first step

@@ -16,7 +16,7 @@
 * time to first token (prefill plus the first step), decode tokens/s (the tokens after the first
   step over the time after it), compile time (0 when every program was compiled before; with
   the first run of a new program, which XLA makes slower) and the width calibration's time
-  (adaptive widths, once per program, before the timing: :mod:`specjax.decode.calibration`),
+  (adaptive widths, once per program, before the timing: :mod:`specjax.decode.costs`),
   each reported on its own.
 """
 
@@ -46,7 +46,7 @@ class Timing:
       time_to_first_token: prefill plus the first step.
       first_step_tokens: tokens the first step emitted (all rows).
       calibration_seconds: the width calibration this generation needed, before its timing
-        (:mod:`specjax.decode.calibration`; once per program, like compilation).
+        (:mod:`specjax.decode.costs`; once per program, like compilation).
     """
 
     seconds: float
@@ -187,20 +187,6 @@ class Metrics:
             decode_seconds=decode_seconds,
             decode_tokens=decode_tokens,
             decode_tokens_per_second=_rate(decode_tokens, decode_seconds),
-        )
-
-    def at_width_zero(self, widths: tuple[int, ...], draft_len: int) -> Metrics:
-        """These autoregressive metrics as those of a generation with ``widths`` and a draft of
-        ``draft_len`` (L) whose every step took width 0 (what
-        :meth:`~specjax.decode.loop.Run.plain` runs): nothing proposed at any position."""
-        zeros = [0] * draft_len
-        return dataclasses.replace(
-            self,
-            per_position_acceptance=[0.0] * draft_len,
-            accepted_length_histogram=self.accepted_length_histogram[:1] + zeros,
-            position_accepted=zeros,
-            position_proposed=zeros,
-            width_steps={w: self.target_forwards if w == 0 else 0 for w in widths},
         )
 
     def with_speedup(self, baseline_seconds: float) -> Metrics:

@@ -4,7 +4,7 @@
 ``lax.while_loop`` for at most ``max_steps`` steps or until every row is done; the state is
 donated, so caches are updated in place; with adaptive widths, one inner loop per width), their
 layouts on a mesh, and :data:`PROGRAMS`, the process's cache of compiled pairs (and of the width
-costs measured on them).
+costs measured once on each).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
     if state.control is not None:  # per-row estimates over rows; the batch's scalars replicated
         replicated = NamedSharding(mesh, PartitionSpec())
         control = jax.tree.map(lambda _: replicated, state.control)
-        per_row = ("accept", "seen", "level", "suspect", "before", "held")
+        per_row = ("accept", "seen", "first")
         per_row = {k: rows(getattr(state.control, k)) for k in per_row}
         fields["control"] = dataclasses.replace(control, **per_row)
 
@@ -121,14 +121,14 @@ def decode_program(
     state,
     max_steps,
     until_done=None,
-    policy=None,
+    inputs=None,
     *,
     config,
     mesh=None,
     draft_tp=False,
 ):
     """Runs ``step`` until ``until_done`` rows are done (default: every row) or ``max_steps``
-    steps have run (``policy``: the width controller's runtime inputs when ``config.widths`` is
+    steps have run (``inputs``: the width policy's runtime inputs when ``config.widths`` is
     set). Continuous batching stops early this way to refill finished rows.
 
     Returns:
@@ -149,10 +149,10 @@ def decode_program(
 
     def run_idle(carry):
         """Width 0 for a drafter without a free look: runs of plain one-token steps, each as
-        long as the controller would only count them (:func:`idle_quota`), booked at once."""
+        long as the policy asks (:func:`idle_quota`), booked at once."""
 
         def block(c):
-            quota = idle_quota(c[1].control, policy)
+            quota = idle_quota(config, c[1], inputs)
 
             def one(d):  # d: (steps, state, runs, counted)
                 counted = d[3] + jnp.any(~d[1].done).astype(jnp.int32)
@@ -162,7 +162,7 @@ def decode_program(
             more = lambda d: running(d[:2]) & (d[2] < quota)
             start = (c[0], c[1], jnp.int32(0), jnp.int32(0))
             steps, state, runs, counted = jax.lax.while_loop(more, one, start)
-            picked, state = choose_width(drafter, book_idle(state, runs, counted), config, policy)
+            picked, state = choose_width(drafter, book_idle(state, runs, counted), config, inputs)
             return steps, constrain(state), picked
 
         return jax.lax.while_loop(lambda c: running(c) & (c[2] == 0), block, carry)
@@ -173,7 +173,7 @@ def decode_program(
 
         def one(c):
             state = width_step(target, drafter, c[1], config, index)
-            picked, state = choose_width(drafter, state, config, policy)
+            picked, state = choose_width(drafter, state, config, inputs)
             return c[0] + 1, constrain(state), picked
 
         return jax.lax.while_loop(lambda c: running(c) & (c[2] == index), one, carry)
@@ -183,7 +183,7 @@ def decode_program(
             carry = run_width(index, carry)
         return carry
 
-    picked, state = next_width(drafter, constrain(state), config, policy)
+    picked, state = next_width(drafter, constrain(state), config, inputs)
     steps, state, _ = jax.lax.while_loop(running, each_width, (jnp.int32(0), state, picked))
     return state, steps
 
@@ -228,17 +228,16 @@ class _Programs:
     def __init__(self, capacity: int = 32):
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
-        self.calibrations: dict = {}  # per program key: its Calibration (width costs, prior)
-        self.pairs: dict = {}  # per (target, drafter, sampling) pair: its pooled Acceptance
+        self.costs: dict = {}  # per program key: the width costs measured on it once
 
     def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
-        key they are kept under (also the key of their calibrated width costs)."""
+        key they are kept under (also the key of their measured width costs)."""
         key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
         pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
         self.compiled += 2 * built
         if built:
-            self.calibrations.pop(key, None)
+            self.costs.pop(key, None)
         return (*pair, key)
 
     @staticmethod
@@ -248,7 +247,7 @@ class _Programs:
         state = jax.eval_shape(prefill, *args)
         check_fits(state, mesh, state.tokens.shape[0], sizes["capacity"])
         steps = jax.ShapeDtypeStruct((), np.int32)
-        policy = _policy_shape(config, None, state)
+        inputs = _inputs_shape(config, None)
         if mesh is None:
             prefill_jit, decode_jit = jax.jit(prefill), jax.jit(decode, donate_argnums=(2,))
         else:
@@ -258,10 +257,10 @@ class _Programs:
             )
             replicated = NamedSharding(mesh, PartitionSpec())
             steps = jax.ShapeDtypeStruct((), np.int32, sharding=replicated)
-            policy = _policy_shape(config, replicated, state)
+            inputs = _inputs_shape(config, replicated)
             shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
             prefill_jit = jax.jit(prefill, in_shardings=shardings_of(args), out_shardings=out)
-            decode_args = (args[0], args[1], state, steps, steps, policy)
+            decode_args = (args[0], args[1], state, steps, steps, inputs)
             decode_jit = jax.jit(
                 decode,
                 in_shardings=shardings_of(decode_args),
@@ -271,7 +270,7 @@ class _Programs:
         target, drafter = args[0], args[1]
         return (
             prefill_jit.lower(*args).compile(),
-            decode_jit.lower(target, drafter, state, steps, steps, policy).compile(),
+            decode_jit.lower(target, drafter, state, steps, steps, inputs).compile(),
         )
 
     def program(self, fn, args, static: dict | None = None, donate: tuple[int, ...] = ()):
@@ -305,8 +304,7 @@ class _Programs:
     def clear(self) -> None:
         """Drops every kept program."""
         self.kept.clear()
-        self.calibrations.clear()
-        self.pairs.clear()
+        self.costs.clear()
 
 
 def _compile_grow(args, mesh):
@@ -335,19 +333,12 @@ def _compile_insert(args, sizes, config, mesh):
     return jitted.lower(*args).compile()
 
 
-def _policy_shape(config: DecodeConfig, sharding, state) -> widths.Policy | None:
-    """The abstract :class:`~specjax.decode.widths.Policy` argument (None without widths)."""
+def _inputs_shape(config: DecodeConfig, sharding) -> widths.WidthInputs | None:
+    """The abstract :class:`~specjax.decode.widths.WidthInputs` argument (None without widths)."""
     if not config.widths:
         return None
     shape = lambda s, d: jax.ShapeDtypeStruct(s, d, sharding=sharding)
-    draft_len = state.control.accept.shape[1]
-    return widths.Policy(
-        shape((len(config.widths),), np.float32),
-        shape((), np.int32),
-        shape((draft_len,), np.float32),
-        shape((), np.float32),
-        shape((), np.float32),
-    )
+    return widths.WidthInputs(shape((len(config.widths),), np.float32), shape((), np.int32))
 
 
 PROGRAMS = _Programs()

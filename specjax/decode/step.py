@@ -88,7 +88,7 @@ def init_state(
         stats=StepStats.zeros(b, draft_len),
         control=None
         if not widths
-        else width_control.WidthControl.init(
+        else width_control.init_control(
             b, draft_len, widths, jax.random.fold_in(key, CONTROL_STREAM)
         ),
     )

@@ -43,8 +43,7 @@ class Stream:
 
     def __iter__(self) -> Iterator[list[list[int]]]:
         run = self._run
-        run.prepare()  # (first runs of new programs; adaptive widths' calibration)
-        run = self._run = run.plain()
+        run.prepare()  # (first runs of new programs; adaptive widths' costs)
         start = time.perf_counter()
         state = run.start()
         self._seen = np.asarray(run.batch.lengths).copy()
@@ -64,15 +63,13 @@ class Stream:
     def _new(self, state: DecodeState) -> list[list[int]]:
         """Each row's ids committed since the last call (checked first: no garbage is yielded);
         records the latest step's width and whether every row is done."""
-        rows, plain = self._run.batch.rows, self._run.as_widths
+        rows = self._run.batch.rows
         widths = self._run.config.widths
         last = state.control.last if widths else None
         now, done, stats, last = jax.device_get((state.lengths, state.done, state.stats, last))
         check_target(stats, range(rows))
         if widths:
             self.widths_taken.append(widths[int(last)])
-        elif plain is not None:  # an autoregressive run of width-0 steps (Run.plain)
-            self.widths_taken.append(0)
         tokens = np.asarray(state.tokens) if np.any(now > self._seen) else None
         seen, self._seen, self._done = self._seen, now, bool(np.all(done))
         return [

@@ -57,6 +57,17 @@ def path_slots(base: Array, path: Array, draft_len: int) -> Array:
     return base[:, None] + path[:, None] * draft_len + i
 
 
+def path_nodes(values: Array, path: Array, draft_len: int) -> Array:
+    """``[B, L + 1, ...]``: the root's and path ``path [B]``'s rows of per-node ``values
+    [B, T, ...]`` (T = 1 + K·L, path-major), e.g. the target's features at the followed path."""
+    idx = jnp.concatenate(
+        [jnp.zeros_like(path)[:, None], 1 + path[:, None] * draft_len + jnp.arange(draft_len)],
+        axis=1,
+    )  # [B, L + 1]
+    idx = idx.reshape(idx.shape + (1,) * (values.ndim - 2))
+    return jnp.take_along_axis(values, idx, axis=1)
+
+
 def draft_path_slots(base: Array, path: Array, num_paths: int, draft_len: int) -> Array:
     """int ``[B, L - 1]``: draft-cache slots of path ``path [B]``'s depth 1 .. L-1 inputs, laid out
     by :func:`draft_kv_mask` (depth j at ``base + (j - 1) * K + k``)."""

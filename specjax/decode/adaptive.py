@@ -42,19 +42,9 @@ def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConf
 
 
 def width_hint(drafter, state: DecodeState) -> tuple[Array, Array]:
-    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``,
-    known before drafting (an n-gram drafter's match; L and -1 for drafters that must draft)."""
-    hint = getattr(drafter, "hint", None)
-    if hint is None:
-        b = state.batch
-        return jnp.full((b,), drafter.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
-    return hint(state.tokens, state.lengths)
-
-
-def free_look(drafter) -> bool:
-    """Whether the drafter's first proposal is known before drafting (:meth:`hint`), so a
-    width-0 step can check it for free; drafters without one need probes instead."""
-    return hasattr(drafter, "hint")
+    """``(most tokens the drafter can propose [B], its first proposed token [B] or -1)``, known
+    before drafting (:meth:`~specjax.drafters.base.Drafter.hint`)."""
+    return drafter.hint(state.tokens, state.lengths)
 
 
 def choose_width(
@@ -65,7 +55,7 @@ def choose_width(
     with the policy's bookkeeping done (``WidthControl.next`` set to the choice)."""
     hint, first = width_hint(drafter, state)
     policy = width_control.policy_of(config.width_policy)
-    index, control = policy.choose(state.control, inputs, hint, ~state.done, free_look(drafter))
+    index, control = policy.choose(state.control, inputs, hint, ~state.done, drafter.free_look)
     kept = jnp.where(inputs.force < 0, index, -1).astype(jnp.int32)  # forcing decides afresh
     control = dataclasses.replace(control, first=jnp.where(hint > 0, first, -1), next=kept)
     return index, state.replace(control=control)
@@ -115,7 +105,7 @@ def width_step(
     :func:`choose_width`), and the policy's estimates updated from its verdicts."""
     active = ~state.done
     width = config.widths[index]
-    if width == 0 and not free_look(drafter):  # nothing to observe: count the step
+    if width == 0 and not drafter.free_look:  # nothing to observe: count the step
         new = skip_step(target, drafter, state, config)
         return book_idle(new, jnp.int32(1), jnp.any(active).astype(jnp.int32))
     if width == 0:

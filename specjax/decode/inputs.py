@@ -125,7 +125,7 @@ def couple(drafter, config: DecodeConfig):
     """``drafter`` for ``config``: with the ``gumbel`` verifier, one whose draws use the rows'
     noise (``coupled``: the drafter-invariant coupling); deterministic drafters (n-gram) have
     nothing to couple. Unchanged otherwise."""
-    if config.verifier != "gumbel" or drafter is None or not hasattr(drafter, "coupled"):
+    if config.verifier != "gumbel" or drafter is None or not drafter.coupleable:
         return drafter
     return dataclasses.replace(drafter, coupled=True)
 
@@ -138,14 +138,8 @@ def check_drafter(target, drafter: Drafter | None, config: DecodeConfig) -> None
         return
     check_paths(config, drafter.num_paths, drafter.greedy_only)
     widths.check_widths(config.widths, drafter.draft_len)
-    if config.widths and not hasattr(drafter, "skip"):
-        raise ValueError(
-            f"{type(drafter).__name__} cannot skip a step, so it cannot change its width; "
-            "set widths=()"
-        )
     check_replacement(config, draws_with_replacement(drafter))
-    sampled = hasattr(drafter, "sampling")  # it draws its tokens (else: fixed proposals)
-    if config.verifier == "gumbel" and sampled and not hasattr(drafter, "coupled"):
+    if config.verifier == "gumbel" and drafter.sampled and not drafter.coupleable:
         raise ValueError(
             f"verifier 'gumbel' couples the drafter's draws with the target's noise; "
             f"{type(drafter).__name__} cannot: use block, or a model, feature or n-gram drafter"

@@ -17,6 +17,7 @@ import dataclasses
 
 import jax
 
+from specjax import tree
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState
 from specjax.decode.step import (
@@ -28,7 +29,6 @@ from specjax.decode.step import (
     tree_laws,
 )
 from specjax.drafters.base import Drafter, draws_with_replacement
-from specjax.drafters.feature import path_features
 from specjax.models.pure import PureModel
 from specjax.typing import Array
 
@@ -80,7 +80,7 @@ def observed_step(
         config,
         replacement=draws_with_replacement(drafter),
     )
-    extra = {"features": path_features(hidden, path, l_len)} if layers else {}
+    extra = {"features": tree.path_nodes(hidden, path, l_len)} if layers else {}
     draft_state = drafter.commit(
         state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )

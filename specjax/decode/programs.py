@@ -25,7 +25,6 @@ from specjax.decode import widths
 from specjax.decode.adaptive import (
     book_idle,
     choose_width,
-    free_look,
     idle_quota,
     next_width,
     skip_step,
@@ -37,7 +36,6 @@ from specjax.decode.memory import check_fits
 from specjax.decode.slots import grow_program, insert_program
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state
-from specjax.drafters.feature import FeatureState
 from specjax.models.cache import KVCache
 
 
@@ -63,14 +61,11 @@ def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeSta
         kv = NamedSharding(mesh, sharding.cache_spec(split))
         return KVCache(kv, kv, NamedSharding(mesh, PartitionSpec("data")))
 
-    draft = state.draft_state
-    if isinstance(draft, KVCache):
-        draft = cache_layout(draft, draft_tp)
-    elif isinstance(draft, FeatureState):  # a replicated head: its cache split over rows only
-        pending = rows(draft.pending), rows(draft.num_pending)
-        draft = FeatureState(cache_layout(draft.cache, False), *pending)
-    else:
-        draft = jax.tree.map(rows, draft)
+    # A draft's caches split like the target's (KV heads over ``model`` where the draft is
+    # tensor-parallel), its other leaves over rows.
+    is_cache = lambda x: isinstance(x, KVCache)
+    layout = lambda x: cache_layout(x, draft_tp) if is_cache(x) else rows(x)
+    draft = jax.tree.map(layout, state.draft_state, is_leaf=is_cache)
     target = cache_layout(state.target_cache, True)
     return state.replace(**fields, target_cache=target, draft_state=draft)
 
@@ -168,7 +163,7 @@ def decode_program(
         return jax.lax.while_loop(lambda c: running(c) & (c[2] == 0), block, carry)
 
     def run_width(index: int, carry):
-        if config.widths[index] == 0 and not free_look(drafter):
+        if config.widths[index] == 0 and not drafter.free_look:
             return run_idle(carry)
 
         def one(c):

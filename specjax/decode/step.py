@@ -17,8 +17,13 @@ from specjax.buffers import append_rows
 from specjax.decode import widths as width_control
 from specjax.decode.config import DecodeConfig
 from specjax.decode.state import DecodeState, StepStats
-from specjax.drafters.base import Draft, Drafter, catches_up, draws_with_replacement
-from specjax.drafters.feature import path_features
+from specjax.drafters.base import (
+    Draft,
+    Drafter,
+    catches_up,
+    draws_with_replacement,
+    feature_layers,
+)
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel, prefill
 from specjax.sampling import split_keys
@@ -99,11 +104,6 @@ CONTROL_STREAM = 0x7FFFFFFF
 
 NOISE_STREAM = 0x7FFFFFFE
 """``fold_in`` data of a row's noise key (:attr:`DecodeState.noise_keys`) from its row key."""
-
-
-def feature_layers(drafter) -> tuple[int, ...]:
-    """The target blocks a drafter reads (a feature drafter's; ``()`` for the others)."""
-    return tuple(getattr(drafter, "feature_layers", ()) or ())
 
 
 def commit_tokens(
@@ -324,7 +324,7 @@ def verify_and_commit(
     out = commit_tree(state, draft, logits, cache, k_verify, config, replacement=replacement)
     if features:
         new_state, path, tau = out
-        return new_state, path, tau, path_features(hidden, path, draft.tokens.shape[2])
+        return new_state, path, tau, tree.path_nodes(hidden, path, draft.tokens.shape[2])
     return out
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
+import jax.numpy as jnp
+
 from specjax.sampling import SamplingParams, is_int
 from specjax.typing import Array, PRNGKey
 
@@ -29,7 +31,9 @@ class Draft(NamedTuple):
 
 
 class Drafter(Protocol):
-    """The drafter interface (see :class:`~specjax.drafters.ModelDrafter`).
+    """The drafter interface (see :class:`~specjax.drafters.ModelDrafter`). Every capability the
+    decoding loop uses is declared here; :class:`DrafterBase` gives the optional ones their
+    defaults, so a drafter subclasses it and overrides what it has.
 
     Constructors take the model (or the vocabulary size) positionally and every knob by keyword,
     in one order: ``num_paths``, ``draft_len``, the drafter's own knobs, ``replacement``.
@@ -38,15 +42,22 @@ class Drafter(Protocol):
     num_paths: int  # K
     draft_len: int  # L
     # Whether sibling paths are i.i.d. (True) or drawn without replacement (False): the one place
-    # this is stated; the step tells the specinfer verifier (see draws_with_replacement).
+    # this is stated; the step tells the specinfer verifier.
     replacement: bool
     vocab_size: int  # V; must equal the target's
     max_seq_len: int | None  # the longest sequence the drafter can hold (None: no limit)
     greedy_only: bool  # paths are fixed proposals: exact at temperature 0 only (specinfer)
     tensor_parallel: bool  # weights split over a mesh's ``model`` axis (False: replicated/none)
+    sampled: bool  # it draws its tokens from a law (False: fixed proposals, e.g. n-gram)
+    coupleable: bool  # it can draw with the target's Gumbel noise (a ``coupled`` field)
+    free_look: bool  # :meth:`hint` knows the first proposed token before drafting
+    idle_catch_up: bool  # after width-0 steps its next draft feeds the tokens it missed
+    feature_layers: tuple[int, ...]  # target blocks whose hidden states it reads
 
-    def init(self, prompts: Array, prompt_lengths: Array, capacity: int) -> Any:
-        """The drafter state after the prompts ``[B, T]`` (right-padded, lengths ``[B]``)."""
+    def init(self, prompts: Array, prompt_lengths: Array, capacity: int, **extra) -> Any:
+        """The drafter state after the prompts ``[B, T]`` (right-padded, lengths ``[B]``);
+        ``features=`` the target's hidden states of the prompt where :attr:`feature_layers`,
+        ``lazy=True`` to read the prompt at the first draft where :attr:`idle_catch_up`."""
 
     def propose(
         self, state: Any, keys: PRNGKey, tokens: Array, lengths: Array
@@ -61,27 +72,60 @@ class Drafter(Protocol):
         path: Array,
         num_accepted: Array,
         active: Array,
+        **extra,
     ) -> Any:
         """State after path ``path [B]``'s first ``num_accepted [B]`` tokens were accepted.
 
         ``before``/``after`` are the states before and after ``propose``; ``lengths [B]`` the
-        sequence lengths at propose time; rows with ``active [B]`` False keep ``before``.
+        sequence lengths at propose time; rows with ``active [B]`` False keep ``before``;
+        ``features=`` the target's features at the root and the path ``[B, L + 1, A, D]`` where
+        :attr:`feature_layers`.
         """
+
+    def skip(self, state: Any, tokens: Array, lengths: Array, active: Array, **extra) -> Any:
+        """State after a step without a draft (width 0) committed one token per active row
+        (``features=`` its target features ``[B, 1, A, D]`` where :attr:`feature_layers`)."""
+
+    def hint(self, tokens: Array, lengths: Array) -> tuple[Array, Array]:
+        """``(most tokens it can propose [B], its first proposed token [B] or -1)``, known
+        before drafting."""
+
+
+class DrafterBase:
+    """The defaults of :class:`Drafter`'s optional capabilities: a drafter that samples its
+    tokens, cannot couple them to the target's noise, has no free look, keeps no state that
+    falls behind, reads no target features, and has nothing to do when a step skips drafting."""
+
+    tensor_parallel = False
+    sampled = True
+    coupleable = False
+    free_look = False
+    idle_catch_up = False
+    feature_layers: tuple[int, ...] = ()
+
+    def skip(self, state, tokens, lengths, active, **extra):
+        return state
+
+    def hint(self, tokens: Array, lengths: Array) -> tuple[Array, Array]:
+        b = lengths.shape[0]
+        return jnp.full((b,), self.draft_len, jnp.int32), jnp.full((b,), -1, jnp.int32)
 
 
 def draws_with_replacement(drafter) -> bool:
     """The ``replacement`` of ``drafter``: True (i.i.d. sibling paths) for None (autoregressive
-    decoding) and for a drafter that does not state it."""
-    return bool(getattr(drafter, "replacement", True))
+    decoding)."""
+    return drafter is None or bool(drafter.replacement)
 
 
 def catches_up(drafter) -> bool:
-    """Whether ``drafter`` feeds, at its next draft, every committed token it has not seen (a
-    model draft: :attr:`~specjax.drafters.ModelDrafter.idle_catch_up`), so its cache may fall
-    behind: over width-0 steps, or from the start (``ModelDrafter.init(lazy=True)``), and its
-    catch-up grows with the steps it missed (a feature draft flushes its few pending tokens as
-    it goes; an n-gram drafter has nothing to feed)."""
-    return bool(getattr(drafter, "idle_catch_up", False))
+    """Whether ``drafter`` feeds, at its next draft, every committed token it has not seen
+    (:attr:`Drafter.idle_catch_up`), so its state may fall behind over width-0 steps."""
+    return drafter is not None and bool(drafter.idle_catch_up)
+
+
+def feature_layers(drafter) -> tuple[int, ...]:
+    """The target blocks a drafter reads (``()`` for None and drafters reading none)."""
+    return () if drafter is None else tuple(drafter.feature_layers)
 
 
 def check_types(drafter, sampled: bool = True, **ints) -> None:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax import sampling, tree
-from specjax.drafters.base import Draft, check_types
+from specjax.drafters.base import Draft, DrafterBase, check_types
 from specjax.models.cache import KVCache
 from specjax.models.eagle import EagleConfig, EagleHead
 from specjax.models.pure import PureModel
@@ -52,7 +52,7 @@ class FeatureState:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class FeatureDrafter:
+class FeatureDrafter(DrafterBase):
     """Drafts with an :class:`EagleHead` on the target's features.
 
     ``FeatureDrafter(head, *, num_paths=1, draft_len=4, sampling, top_paths=False)``: every
@@ -109,6 +109,7 @@ class FeatureDrafter:
         return self.top_paths and self.num_paths > 1
 
     tensor_parallel = False  # the head is small: replicated on a mesh
+    coupleable = True  # (coupled)
 
     @property
     def vocab_size(self) -> int:
@@ -268,13 +269,3 @@ class FeatureDrafter:
             jnp.where(keep, features.astype(jnp.float32), state.pending),
             jnp.where(active, state.num_pending + 1, state.num_pending).astype(jnp.int32),
         )
-
-
-def path_features(features: Array, path: Array, draft_len: int) -> Array:
-    """``[B, L + 1, A, D]``: the root's and path ``path [B]``'s node features out of the target's
-    tree-forward features ``[B, T, A, D]`` (T = 1 + K·L, path-major as :mod:`specjax.tree`)."""
-    idx = jnp.concatenate(
-        [jnp.zeros_like(path)[:, None], 1 + path[:, None] * draft_len + jnp.arange(draft_len)],
-        axis=1,
-    )  # [B, L + 1]
-    return jnp.take_along_axis(features, idx[:, :, None, None], axis=1)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling, sharding, tree
-from specjax.drafters.base import Draft, check_types
+from specjax.drafters.base import Draft, DrafterBase, check_types
 from specjax.models.cache import KVCache
 from specjax.models.decoder import Decoder
 from specjax.models.pure import PureModel, as_pure, prefill
@@ -30,7 +30,7 @@ CATCH_UP_LONG = 256
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class ModelDrafter:
+class ModelDrafter(DrafterBase):
     """Drafts with a small Llama sharing the target's tokenizer.
 
     ``ModelDrafter(model, *, num_paths=1, draft_len=4, sampling, replacement=True)``: every
@@ -83,6 +83,7 @@ class ModelDrafter:
         return self.model.config.max_seq_len
 
     greedy_only = False  # sampled paths: exact at any temperature
+    coupleable = True  # (coupled)
     idle_catch_up = True  # after width-0 steps the next draft feeds what it missed (catch_up)
 
     @property

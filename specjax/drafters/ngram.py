@@ -21,13 +21,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.drafters.base import Draft, check_types
+from specjax.drafters.base import Draft, DrafterBase, check_types
 from specjax.typing import Array, PRNGKey
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class NgramDrafter:
+class NgramDrafter(DrafterBase):
     """Prompt-lookup drafting over the row's own tokens (prompt and generated text).
 
     ``NgramDrafter(vocab_size, *, num_paths=1, draft_len=4, max_ngram=3, min_ngram=1,
@@ -84,6 +84,8 @@ class NgramDrafter:
 
     max_seq_len = None  # no model, no limit of its own
     tensor_parallel = False  # no weights
+    sampled = False  # fixed proposals (one-hot laws)
+    free_look = True  # hint() knows the first proposed token
 
     @property
     def greedy_only(self) -> bool:

@@ -43,7 +43,7 @@ from specjax.decode.ssd.speculation import (
     SSDDraftState,
     SSDStats,
 )
-from specjax.drafters.base import Draft
+from specjax.drafters.base import Draft, DrafterBase
 from specjax.drafters.ngram import NgramDrafter
 from specjax.models.cache import KVCache
 from specjax.models.decoder import Decoder
@@ -53,7 +53,7 @@ from specjax.typing import Array, PRNGKey
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class SSDDrafter:
+class SSDDrafter(DrafterBase):
     """The SSD draft: a small Llama, the :class:`SSDConfig` and its sampling.
 
     ``SSDDrafter(model, *, ssd, sampling)``: keyword-only after the model, like every drafter

@@ -6,9 +6,10 @@ Command:  python -m specjax.decode --config configs/shakespeare.py
 Variants: --config.verifier=gbv --config.num_paths=3   (any verifier, any K)
           --config.temperature=0 --config.compare_autoregressive=True
           --config.stream=True   (print text as it is accepted)
-Hardware: the 2-core CPU sandbox (AMD EPYC, jax 0.10.2), 2026-11-28; no GPU.
-Result:   with widths=auto, 0.98-1.00x autoregressive at T = 0 (it never drafts) and 1.17-1.25x
-          at T = 1, 97-98% of fixed drafting (BENCHMARKS.md "Adaptive draft width").
+Costs:    python -m specjax.calibrate --config configs/shakespeare.py \
+              --config.width_costs=costs.json
+          measures the width costs once; decode with the same flag reads them.
+Results:  BENCHMARKS.md "Adaptive draft width" and "Decoding loop".
 """
 
 import ml_collections
@@ -31,7 +32,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.replacement = True  # the drafter's; False: paths drawn without replacement (specinfer only)
     c.top_paths = False  # drafter=eagle: paths start at the head's K likeliest tokens (T = 0)
     c.widths = "auto"  # auto: each step drafts L or none (a one-token step) | fixed | e.g. 0,2,4
-    c.width_costs = ""  # "" = measured; e.g. 1,1.8: pinned (samples then repeat across runs)
+    # "" = measured at T = 0 / gumbel, else guessed; 1,1.8 or costs.json (specjax.calibrate)
+    c.width_costs = ""
     # Speculative speculative decoding (mode=ssd; see configs/shakespeare_ssd.py).
     c.mode = "sd"  # sd | ssd
     c.ssd_fan_out = "geometric"  # geometric | uniform | L + 1 ints: bonus guesses per k

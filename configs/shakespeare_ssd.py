@@ -4,9 +4,8 @@ Command:  python -m specjax.decode --config configs/shakespeare_ssd.py
 Variants: --config.ssd_budget=16 --config.ssd_saguaro=0.5   (more branches, Saguaro sampling)
           --config.ssd_backup=ngram                          (the fast backup on a miss)
           --config.ssd_draft_device=next --config.num_cpu_devices=2   (draft on its own device)
-Hardware: the 2-core CPU sandbox (2026-11-23); one device, so the rounds run fused, no overlap.
-Result:   scripts/bench_ssd.py at C = 5-40 branches: the outcome is in the cache in 76-98% of
-          rounds at T = 0 and 43-81% at T = 1 (BENCHMARKS.md "Speculative speculative decoding").
+Devices:  on one device the rounds run fused, with no overlap.
+Results:  BENCHMARKS.md "Speculative speculative decoding" (scripts/bench_ssd.py).
 """
 
 from specjax.config_files import sibling_config

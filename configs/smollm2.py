@@ -5,10 +5,8 @@ first layers (--config.drafter=self --config.draft_layers=8).
 Command:  python -m specjax.decode --config configs/smollm2.py
 Check:    --config.compare_autoregressive=True prints the speedup and, at temperature 0,
           whether the output equals autoregressive decoding token for token.
-Hardware: the 2-core CPU sandbox (AMD EPYC, jax 0.10.2), 2026-11-28.
-Result:   with widths=auto, 1.02-3.02x autoregressive on 14 chat prompts (geometric mean 1.33x)
-          where fixed L = 6 ran 0.74-3.00x (BENCHMARKS.md "Adaptive draft width"); L = 6 was the
-          fastest of L = 2, 4, 6 (BENCHMARKS.md "Decoding against Hugging Face").
+Results:  BENCHMARKS.md "Adaptive draft width" (widths=auto against fixed L = 6) and "Decoding
+          against Hugging Face" (L = 6 against L = 2 and 4).
 """
 
 from specjax.config_files import sibling_config

@@ -6,10 +6,8 @@ Command:  python -m specjax.decode --config configs/smollm2_eagle.py
 Variants: --config.temperature=1 (block verification against the head's exact law);
           --config.top_paths=True --config.num_paths=3 --config.verifier=specinfer (T = 0: a tree
           of the head's three likeliest first tokens; it pays on a GPU, not on the 2-core CPU).
-Hardware: the head trained on a lent H200; measured on the 2-core CPU and an H200, 2026-11-27/28.
-Result:   on 23 held-out chat prompts, 1.26x autoregressive at the median on the CPU (0.97-1.84x),
-          1.71x on an H200 (1.38-2.43x; the tree 1.86x): BENCHMARKS.md "A learned draft for
-          SmolLM2". One-shot runs of the default prompt (a short answer) are noisy (+-10%).
+Results:  BENCHMARKS.md "A learned draft for SmolLM2" (held-out chat prompts, on the CPU and on
+          an H200). One-shot runs of the default prompt (a short answer) are noisy.
 """
 
 from specjax.config_files import sibling_config
@@ -20,7 +18,7 @@ def get_config():
     c.drafter = "eagle"
     c.draft = "checkpoints/smollm2_eagle"
     c.verifier = "block"
-    c.num_speculative_tokens = 3  # bench_eagle.py: 1.26x median on the CPU (session 21)
+    c.num_speculative_tokens = 3  # L (scripts/bench_eagle.py)
     c.temperature = 0.0
     c.chat = True
     c.prompt = "Explain in three sentences why the sky is blue."

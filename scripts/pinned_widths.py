@@ -1,23 +1,26 @@
-r"""The widths the controller takes when the width costs are pinned, prompt by prompt, and the
+r"""The widths a width policy takes when the width costs are pinned, prompt by prompt, and the
 speed they imply (no clock): SmolLM2 with the n-gram drafter at temperature 0 on the prompts of
 scripts/bench_widths.py.
 
 A generation's steps per width at costs ``(1, c)`` (``DecodeConfig.width_costs``) give the speed
-the controller reaches where a width-L step costs c one-token steps: ``n / (n_0 + c n_L)`` for
+the policy reaches where a width-L step costs c one-token steps: ``n / (n_0 + c n_L)`` for
 its n tokens, n_0 one-token and n_L drafting steps, against ``n / (c · steps)`` for fixed
 drafting and 1 for autoregressive decoding. Greedy and timed by no clock, so it separates what
-the controller chooses from timing noise. ``--true_cost`` prices the steps at another cost than
-the controller was given: what a calibration that misread the cost costs (on the 2-core CPU a
-width-6 step costs ~1.5-1.6 one-token steps; single calibrations read 1.4-1.7 and more).
+the policy chooses from timing noise. ``--true_cost`` prices the steps at another cost than
+the policy was given: what a measurement that misread the cost costs (on the 2-core CPU a
+width-6 step costs ~1.5-1.6 one-token steps; single measurements read 1.4-1.7 and more).
 
-What-ifs side by side: ``--reveal`` (``probes.REVEAL``, the first-token estimate from which an
-n-gram row probes; above 1: never) and ``--hint_ngram`` (``NgramDrafter.hint_ngram``, the
-shortest match the controller counts as a proposal). ``--matches`` adds, per prompt, how often
-the first token of an n-gram proposal is the next token of the greedy answer, by the length of
-its match. The flags of scripts/bench_widths.py choose the prompts and lengths and name the
-outputs (``--mtbench``, ``--only``, ``--new_tokens``, ``--draft_len``, ``--output``, ``--json``).
+What-ifs side by side: ``--policies`` (:class:`~specjax.decode.widths.Goodput` variants,
+``benchlib.width_policies``: e.g. ``default,reveal=0.6,reveal=1.01``, ``reveal`` being the
+first-token estimate from which an n-gram row probes, above 1: never) and ``--hint_ngram``
+(``NgramDrafter.hint_ngram``, the shortest match the policy counts as a proposal).
+``--matches`` adds, per prompt, how often the first token of an n-gram proposal is the next
+token of the greedy answer, by the length of its match. The flags of scripts/bench_widths.py
+choose the prompts, lengths and policies and name the outputs (``--mtbench``, ``--only``,
+``--new_tokens``, ``--draft_len``, ``--policies``, ``--output``, ``--json``).
 
   python scripts/pinned_widths.py --costs=1.35,1.5 --true_cost=1.6 --hint_ngram=1,2,3 --matches
+  python scripts/pinned_widths.py --only=copy,mt90 --costs=2.4,2.8 --policies=default,reveal=1.01
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ import json
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
 import jax
 from absl import app, flags
-from bench_widths import prompts  # its flags serve here too: --mtbench, --only, --output, ...
+from bench_widths import policies, prompts  # its flags serve here (--mtbench, --policies, ...)
 from benchlib.ngram_matches import match_hits
 
-from specjax.decode import DecodeConfig, generate, probes
+from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import PROGRAMS
 from specjax.drafters import NgramDrafter
 from specjax.models import load_pair
@@ -40,15 +43,14 @@ from specjax.sampling import SamplingParams
 
 _COSTS = flags.DEFINE_list("costs", ["1.6", "2.0", "2.4", "2.8"], "pinned costs of a width-L step")
 _TRUE = flags.DEFINE_float("true_cost", None, "price the steps at this cost (default: each c)")
-_REVEAL = flags.DEFINE_list("reveal", [], "what-if values of probes.REVEAL (default: as shipped)")
 _HINT = flags.DEFINE_list("hint_ngram", [], "what-if NgramDrafter.hint_ngram (default: as shipped)")
 _MATCHES = flags.DEFINE_bool("matches", False, "first-token hit rates by match length")
 FLAGS = flags.FLAGS
 
 
 def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) -> dict:
-    """Fixed drafting's steps and, per ``(reveal, hint_ngram, cost)``, the steps per width of
-    one prompt."""
+    """Fixed drafting's steps and, per ``(policy, hint_ngram, cost)``, the steps per width of
+    one prompt (``variants``: ``(--policies item, policy, hint_ngram)``)."""
     greedy = SamplingParams(temperature=0.0)
     n, l_len = FLAGS.new_tokens, FLAGS.draft_len
     ngram = NgramDrafter(target.config.vocab_size, draft_len=l_len)
@@ -57,33 +59,30 @@ def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) ->
     if FLAGS.matches:
         ar = DecodeConfig("autoregressive", greedy, n)
         out["matches"] = match_hits(list(ids), generate(target, [ids], ar).tokens[0])
-    shipped = probes.REVEAL
-    try:
-        for reveal, hint in variants:
-            probes.REVEAL = reveal
-            PROGRAMS.clear()  # REVEAL is read when the decode program is traced
-            jax.clear_caches()  # (many programs: the 2-core VM's code memory runs out)
-            drafter = dataclasses.replace(ngram, hint_ngram=hint)
-            for c in costs:
-                cfg = DecodeConfig("block", greedy, n, widths=(0, l_len), width_costs=(1.0, c))
-                m = generate(target, [ids], cfg, drafter, seed=0).metrics
-                out["runs"][f"{reveal} {hint} {c}"] = {str(w): s for w, s in m.width_steps.items()}
-    finally:
-        probes.REVEAL = shipped
-        PROGRAMS.clear()
+    for item, policy, hint in variants:
+        PROGRAMS.clear()  # (many programs: the 2-core VM's code memory runs out)
+        jax.clear_caches()
+        drafter = dataclasses.replace(ngram, hint_ngram=hint)
+        for c in costs:
+            cfg = DecodeConfig(
+                "block", greedy, n, widths=(0, l_len), width_costs=(1.0, c), width_policy=policy
+            )
+            m = generate(target, [ids], cfg, drafter, seed=0).metrics
+            out["runs"][f"{item} {hint} {c}"] = {str(w): s for w, s in m.width_steps.items()}
+    PROGRAMS.clear()
     return out
 
 
 def speed(rec: dict, key: str, c: float, l_len: int) -> float:
-    """Tokens per one-token step of the controller's run ``key``, its steps priced at c."""
+    """Tokens per one-token step of the policy's run ``key``, its steps priced at c."""
     steps = rec["runs"][key]
     return rec["tokens"] / (steps.get("0", 0) + c * steps.get(str(l_len), 0))
 
 
 def render(records: dict, costs: list[float], variants: list[tuple]) -> str:
-    """One row per prompt: fixed drafting, then the controller per what-if, per cost."""
+    """One row per prompt: fixed drafting, then the policy per what-if, per cost."""
     l_len, true = FLAGS.draft_len, FLAGS.true_cost
-    names = [f"({r}, {h})" for r, h in variants]
+    names = [f"({r}, {h})" for r, _, h in variants]
     head = ["prompt"] + [f"c = {c}: fixed / " + " / ".join(names) for c in costs]
     rows = []
     for name, rec in records.items():
@@ -91,15 +90,16 @@ def render(records: dict, costs: list[float], variants: list[tuple]) -> str:
         for c in costs:
             price = c if true is None else true
             fixed = rec["tokens"] / (price * rec["fixed_steps"])
-            runs = [speed(rec, f"{r} {h} {c}", price, l_len) for r, h in variants]
+            runs = [speed(rec, f"{r} {h} {c}", price, l_len) for r, _, h in variants]
             cells.append(" / ".join(f"{x:.2f}" for x in [fixed, *runs]))
         rows.append(cells)
     priced = "c one-token steps" if true is None else f"{true} one-token steps (given: c)"
     text = (
         f"{benchlib.command()}\n\nMachine: {benchlib.machine()}\n\n"
         f"Speed over autoregressive decoding implied by the steps per width when a width-{l_len} "
-        f"step costs {priced}: fixed drafting, then the controller with "
-        f"(REVEAL, hint_ngram) = {', '.join(names)}.\n\n" + benchlib.table(head, rows, left=1)
+        f"step costs {priced}: fixed drafting, then the policy with "
+        f"(--policies item, hint_ngram) = {', '.join(names)}.\n\n"
+        + benchlib.table(head, rows, left=1)
     )
     if FLAGS.matches:
         text += "\n\n" + render_matches(records)
@@ -130,16 +130,14 @@ def main(argv):
     smol = load_pair("smollm2")
     target, tok = smol.target, smol.tokenizer
     costs = [float(c) for c in _COSTS.value]
-    reveals = [float(r) for r in _REVEAL.value] or [probes.REVEAL]
     hints = [int(h) for h in _HINT.value] or [NgramDrafter(1).hint_ngram]
-    variants = list(itertools.product(reveals, hints))
+    variants = [(k, p, h) for (k, p), h in itertools.product(policies().items(), hints)]
     records = {}
     for name, text in prompts().items():
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
         records[name] = counts(target, ids, costs, variants)
         benchlib.log(f"{name}: {json.dumps(records[name])}")
     report = render(records, costs, variants)
-    print(report)
     benchlib.write_report(report, FLAGS.output)
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:

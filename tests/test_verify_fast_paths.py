@@ -183,10 +183,10 @@ def plain_sample_with(u, weights, fallback):
     weights = jnp.maximum(weights, 0.0)
     empty = jnp.sum(weights, axis=-1, keepdims=True) <= 0.0
     weights = jnp.where(empty, jnp.maximum(fallback, 0.0), weights)
-    blocks, c = common._blocks(weights, 0.0)
-    j = common._inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])
+    blocks, c = common.row_blocks(weights, 0.0)
+    j = common.inverse_cdf(jnp.sum(blocks, axis=-1), u[:, 0])
     inner = jnp.take_along_axis(blocks, j[:, None, None], axis=1)[:, 0]
-    return (j * c + common._inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
+    return (j * c + common.inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
 
 
 @pytest.mark.parametrize("vocab", [1, 300, 4096])

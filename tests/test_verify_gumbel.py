@@ -43,6 +43,7 @@ def numpy_gumbel(noise, tokens, draft_probs, target_probs, num_draft):
 
 
 def run(noise, batch: en.DraftBatch, num_draft=None):
+    """The jitted verifier given race weights ``noise`` (``exp`` of Gumbel noise)."""
     extra = {} if num_draft is None else {"num_draft": jnp.asarray(num_draft, jnp.int32)}
     result = gumbel(
         jnp.asarray(noise, jnp.float32),
@@ -67,7 +68,7 @@ def test_matches_the_numpy_rule():
     num_draft = rng.integers(0, l_len + 1, size=num)
     noise = rng.gumbel(size=(num, l_len + 1, v))
     batch = batch._replace(draft_tokens=tokens, draft_probs=q)
-    tau, nxt, path = run(noise, batch, num_draft)
+    tau, nxt, path = run(np.exp(noise), batch, num_draft)
     want = numpy_gumbel(noise, tokens, q, batch.target_probs, num_draft)
     assert list(zip(tau.tolist(), nxt.tolist(), strict=True)) == want
     assert set(tau.tolist()) == {0, 1, 2, 3} and not path.any()
@@ -140,12 +141,13 @@ def test_coupled_drafts_emit_the_targets_own_draws():
     model = en.random_model(rng, v, l_len, alpha=0.8)
     num = 100_000
     keys = jax.random.split(jax.random.key(3), num)
-    noise = np.asarray(
+    weights = np.asarray(
         verify.gumbel_noise(keys, jnp.broadcast_to(jnp.arange(l_len + 1), (num, l_len + 1)), v),
         np.float64,
     )
+    noise = np.log(weights)  # the Gumbel noise itself
     batch = coupled_drafts(model, noise, l_len)
-    tau, nxt, _ = run(noise, batch)
+    tau, nxt, _ = run(weights, batch)
     ar = autoregressive(model, noise)
     for i in range(num):
         emitted = [*batch.draft_tokens[i, : tau[i]], nxt[i]]
@@ -185,7 +187,7 @@ def test_greedy_at_temperature_0():
     rng = np.random.default_rng(9)
     model = en.random_model(rng, 3, 3, alpha=0.7, one_hot_p=True)
     batch = en.sample_drafts(model, "chain", 1, 3, 1000, rng)
-    tau, nxt, _ = run(rng.gumbel(size=(1000, 4, 3)) * 10.0, batch)
+    tau, nxt, _ = run(np.exp(rng.gumbel(size=(1000, 4, 3)) * 4.0), batch)
     args = [jnp.asarray(x) for x in batch[:3]]
     greedy = verify.greedy_verify(jax.random.key(0), *args)
     np.testing.assert_array_equal(tau, np.asarray(greedy.num_accepted))

@@ -1,9 +1,11 @@
 """The draft width chosen per step (``DecodeConfig.widths``): greedy output == autoregressive
 output with widths drawn at random per step and with the controller on (every verifier, every
-drafter, a batch of mixed lengths, a stop token mid-draft); the sequence law at temperature 1 with
-random widths, and the same test catching a planted controller that peeks at the current verdict;
-drafters' state kept in step over skipped steps; no KV-cache copies around the branches in the
-compiled program. (The controller's choices alone: tests/test_width_choices.py.)"""
+drafter, a batch of mixed lengths, a stop token mid-draft); a policy that never drafts emits the
+autoregressive sample; the sequence law at temperature 1 with random widths, and the same test
+catching a planted step that picks its width per row after its verdict; drafters' state kept in
+step over skipped steps; the decode program's idle runs and streaming take the widths stepping
+by hand and ``generate`` take; no KV-cache copies around the branches in the compiled program.
+(The policies alone: tests/test_width_policy.py; their costs: tests/test_width_costs.py.)"""
 
 from __future__ import annotations
 
@@ -18,15 +20,14 @@ from flax import nnx
 from specjax import sampling
 from specjax.decode import DecodeConfig, Stream, generate, programs
 from specjax.decode import widths as W
-from specjax.decode.adaptive import choose_width
+from specjax.decode.adaptive import choose_width, skip_step
 from specjax.decode.seams import (
     PROGRAMS,
-    autoregressive_step,
     compile_generation,
     decode_program,
+    outputs,
     prefill_program,
     prepare,
-    speculative_step,
     step,
 )
 from specjax.drafters import ModelDrafter, NgramDrafter
@@ -103,7 +104,7 @@ def test_random_widths_greedy_equals_autoregressive(models, autoregressive, veri
     assert generate(target, PROMPTS, cfg, drafter, seed=4).tokens == ar
 
 
-@SLOW  # the CLI tests run the controller (widths=auto) against autoregressive decoding
+@SLOW  # (the controller's greedy tokens, measured costs: tests/test_width_costs.py)
 @pytest.mark.parametrize("kind", ["model", "ngram"])
 def test_controller_greedy_equals_autoregressive(models, autoregressive, kind):
     target, _ = models
@@ -141,7 +142,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers)[1])
     costs = jnp.ones((2,), jnp.float32)
     for force in [0] * 6 + [1, 1] + [0] * 5 + [1]:
-        state = one(target, drafter, state, cfg, W.Policy(costs, jnp.int32(force)))
+        state = one(target, drafter, state, cfg, W.WidthInputs(costs, jnp.int32(force)))
         ds = state.draft_state
         seen, n_p = np.asarray(ds.cache.lengths), np.asarray(ds.num_pending)
         lengths, done = np.asarray(state.lengths), np.asarray(state.done)
@@ -177,7 +178,7 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
     one = jax.jit(step, static_argnames=("config",))
     costs = jnp.ones((2,), jnp.float32)
     for force in [0] * 7 + [1]:
-        state = one(target, drafter, state, cfg, W.Policy(costs, jnp.int32(force)))
+        state = one(target, drafter, state, cfg, W.WidthInputs(costs, jnp.int32(force)))
     cache = state.draft_state
     lengths = np.asarray(state.lengths)
     seen = np.asarray(cache.lengths)
@@ -189,44 +190,44 @@ def test_model_drafter_cache_stays_in_step_over_skipped_steps(models):
         )
 
 
-@pytest.mark.parametrize(
-    "costs",
-    [
-        (1.0, 1.55, 9.0),  # only probes draft
-        pytest.param((1.0, 9.0, 9.0), marks=SLOW),  # no probe can pay: one run to the end
-    ],
-)
-def test_idle_runs_take_the_widths_stepping_by_hand_takes(models, costs):
+def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
     """The decode program runs a model drafter's width-0 steps as plain one-token steps, booked
     once per run (``adaptive.idle_quota`` / ``book_idle``); stepping by hand decides at every
-    step. Both take the same widths (the probes included), draw the same
-    tokens at T = 1 and leave the controller alike, also when the program stops mid-run and
-    resumes."""
+    step. Both take the same widths (the probes included), draw the same tokens at T = 1 and
+    leave the controller alike, also when the program stops mid-run and resumes. Where no draft
+    could pay, every step is width 0 (one run to the end), and the tokens are the
+    autoregressive sample of the seed. (The costs are runtime inputs: one compiled program.)"""
     target, draft = models
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
     cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
-    policy = W.Policy(jnp.asarray(costs), jnp.int32(W.AUTO))
-    start = initial_state(target, drafter, cfg, PROMPTS)
     program = jax.jit(decode_program, static_argnames=("config",))
-    state, steps = program(target, drafter, start, 13, None, policy, config=cfg)
-    state, more = program(target, drafter, state, 1000, None, policy, config=cfg)
-    assert bool(jnp.all(state.done))
-    state, none = program(target, drafter, state, 1000, None, policy, config=cfg)
-    assert int(none) == 0  # a call on a finished state changes nothing
     one = jax.jit(step, static_argnames=("config",))
-    hand = start
-    for _ in range(int(steps) + int(more)):
-        hand = one(target, drafter, hand, cfg, policy)
-    _, hand = jax.jit(choose_width, static_argnames=("config",))(drafter, hand, cfg, policy)
-    np.testing.assert_array_equal(state.tokens, hand.tokens)
-    for field in ("accept", "idle", "probe_after", "wait", "steps", "last", "first", "next"):
-        np.testing.assert_array_equal(getattr(state.control, field), getattr(hand.control, field))
-    taken = np.asarray(state.control.steps)
-    if costs[1] < 2:
-        assert taken[1] >= 1 and taken[0] >= 20, taken  # idle runs and a probe
-    else:
-        assert taken[1] == taken[2] == 0, taken
+    choose = jax.jit(choose_width, static_argnames=("config",))
+    baseline = DecodeConfig("autoregressive", params, NEW_TOKENS)
+    for costs in [(1.0, 1.55, 9.0), (1.0, 9.0, 9.0)]:  # probes draft; no probe could pay
+        inputs = W.WidthInputs(jnp.asarray(costs, jnp.float32), jnp.int32(W.AUTO))
+        start = initial_state(target, drafter, cfg, PROMPTS)
+        state, steps = program(target, drafter, start, 13, None, inputs, config=cfg)
+        state, more = program(target, drafter, state, 1000, None, inputs, config=cfg)
+        assert bool(jnp.all(state.done))
+        state, none = program(target, drafter, state, 1000, None, inputs, config=cfg)
+        assert int(none) == 0  # a call on a finished state changes nothing
+        hand = initial_state(target, drafter, cfg, PROMPTS)
+        for _ in range(int(steps) + int(more)):
+            hand = one(target, drafter, hand, cfg, inputs)
+        _, hand = choose(drafter, hand, cfg, inputs)
+        np.testing.assert_array_equal(state.tokens, hand.tokens)
+        for field in ("accept", "seen", "idle", "wait", "steps", "last", "first", "next"):
+            got, want = getattr(state.control, field), getattr(hand.control, field)
+            np.testing.assert_array_equal(got, want, err_msg=f"{field} at costs {costs}")
+        taken = np.asarray(state.control.steps)
+        if costs[1] < 2:
+            assert taken[1] >= 1 and taken[0] >= 10, taken  # idle runs and probes
+        else:
+            assert taken.tolist() == [NEW_TOKENS, 0, 0], taken
+            sample = generate(target, PROMPTS, baseline, seed=0).tokens
+            assert outputs(state, len(PROMPTS)) == sample
 
 
 @SLOW
@@ -245,6 +246,41 @@ def test_streaming_takes_the_widths_generate_takes(models):
     assert stream.result.tokens == whole.tokens
     assert stream.result.metrics.width_steps == whole.metrics.width_steps
     assert len(set(stream.widths_taken)) > 1
+
+
+@SLOW  # (the decode program's tokens where no draft could pay: the idle-runs test)
+@pytest.mark.parametrize(
+    "policy,costs",
+    [
+        ("auto", (1.0, 9.0, 9.0)),  # no draft could pay: no probe either
+        (W.Fixed(0), ()),  # a policy instance that keeps width 0
+    ],
+)
+def test_a_generation_whose_policy_never_drafts_emits_the_autoregressive_sample(
+    models, policy, costs
+):
+    """Every step at width 0 is a genuine one-token target step: at T = 1 ``generate`` and
+    ``Stream`` draw the autoregressive program's tokens for the seed, and report every step at
+    width 0 and nothing proposed."""
+    target, draft = models
+    params = sampling.SamplingParams(1.0)
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
+    cfg = DecodeConfig(
+        "block", params, NEW_TOKENS, widths=(0, 1, 3), width_policy=policy, width_costs=costs
+    )
+    out = generate(target, PROMPTS, cfg, drafter, seed=5)
+    baseline = generate(target, PROMPTS, DecodeConfig("autoregressive", params, NEW_TOKENS), seed=5)
+    assert out.tokens == baseline.tokens
+    assert out.metrics.width_steps == {0: NEW_TOKENS, 1: 0, 3: 0}
+    assert out.metrics.accepted_length_histogram == [NEW_TOKENS * len(PROMPTS), 0, 0, 0]
+    assert out.metrics.position_proposed == [0, 0, 0]
+    stream = Stream(target, PROMPTS, cfg, drafter, seed=5)
+    streamed = [[] for _ in PROMPTS]
+    for new in stream:
+        for row, ids in zip(streamed, new, strict=True):
+            row.extend(ids)
+    assert streamed == out.tokens and stream.widths_taken == [0] * NEW_TOKENS
+    assert stream.result.metrics.width_steps == out.metrics.width_steps
 
 
 @SLOW  # 20,000 rows of Monte-Carlo; greedy equality with random widths is in the default tier
@@ -275,24 +311,28 @@ def _rows(mask, a, b):
 
 
 @SLOW
-def test_a_controller_that_peeks_at_the_verdict_is_caught(lossless_pair, monkeypatch):  # noqa: F811
-    """Planted bug: per row, keep the speculative step only where its draft was accepted, else
-    take a one-token step instead. It emits only accepted drafts or fresh target samples, which
-    biases the law; the sequence-law test must reject it. (The real step cannot do this: the
-    width is chosen before the branch that verifies runs.)"""
+def test_a_width_chosen_per_row_after_the_verdict_is_caught(lossless_pair, monkeypatch):  # noqa: F811
+    """Planted bug: the decode program's drafting step decides per row after its verdict, keeping
+    the speculative step only where its draft was accepted and taking a one-token step instead
+    elsewhere. It emits only accepted drafts or fresh target samples, which biases the law; the
+    sequence-law test must reject it. (A real policy cannot do this: ``WidthPolicy.choose``
+    fixes one width before the step drafts, and ``observe`` sees its verdicts after it.)"""
     target, draft = lossless_pair
     params = sampling.SamplingParams(1.0)
+    exact_step = programs.width_step
 
-    def peeking(target, drafter, state, config, policy=None):
-        spec = speculative_step(target, drafter, state, config)
-        plain = autoregressive_step(target, state, config)
-        plain = plain.replace(draft_state=spec.draft_state, keys=spec.keys)
-        return _rows(spec.stats.last_accepted > 0, spec, plain)
+    def peeking(target, drafter, state, config, index):
+        spec = exact_step(target, drafter, state, config, index)
+        if config.widths[index] == 0:
+            return spec
+        plain = skip_step(target, drafter, state, config).replace(keys=spec.keys, control=None)
+        kept = _rows(spec.stats.last_accepted > 0, spec.replace(control=None), plain)
+        return kept.replace(control=spec.control)
 
-    monkeypatch.setattr(programs, "step", peeking)
+    monkeypatch.setattr(programs, "width_step", peeking)
     PROGRAMS.clear()
     try:
-        cfg = DecodeConfig("block", params, NEW)
+        cfg = DecodeConfig("block", params, NEW, widths=(0, 2), width_policy="fixed")
         out = generate(
             target,
             [PROMPT] * ROWS,
@@ -302,16 +342,19 @@ def test_a_controller_that_peeks_at_the_verdict_is_caught(lossless_pair, monkeyp
         )
     finally:
         PROGRAMS.clear()
+    assert out.metrics.width_steps == {0: 0, 2: out.metrics.target_forwards}
     assert chi_square_pvalue(out.tokens, exact_joint(target, params)) < 1e-6
 
 
 def test_no_cache_copies_around_the_branches(models):
     """The compiled adaptive decode program updates the donated KV caches in place: no copy of a
     cache-sized buffer anywhere in it. (A ``lax.switch`` over the widths made XLA copy both
-    caches in and out of its branches; the program runs one inner loop per width instead.)"""
+    caches in and out of its branches; the program runs one inner loop per width instead, and
+    a run of width-0 steps, whatever the policy: the random one here, the program the first
+    test compiled.)"""
     target, draft = models
-    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
-    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 1, 3))
+    drafter = _drafter("model", models, 1)
+    cfg = DecodeConfig("block", GREEDY, NEW_TOKENS, widths=(0, 1, 3), width_policy="random")
     _, decode = compile_generation(target, PROMPTS, cfg, drafter)
     hlo = decode.as_text()
     b = prepare(target, drafter, PROMPTS, cfg)

@@ -5,8 +5,9 @@ Scripts run with ``scripts/`` on ``sys.path`` (Python puts a script's folder the
 ``pythonpath`` setting does the same for the tests) and ``import benchlib``. One benchmark's own
 reports and plots live beside this module: ``benchlib.decode_pairs`` / ``decode_timing`` /
 ``decode_report`` (``bench_decode.py``), ``benchlib.verify_inputs`` / ``verify_report``
-(``bench_verify.py``), ``benchlib.ngram_matches`` (``pinned_widths.py``) and
-``benchlib.plots`` (every PNG).
+(``bench_verify.py``), ``benchlib.ngram_matches`` (``pinned_widths.py``),
+``benchlib.width_policies`` (``--policies`` of the width scripts, and where a run's width costs
+came from) and ``benchlib.plots`` (every PNG).
 """
 
 from __future__ import annotations

@@ -32,11 +32,8 @@ def skip_step(target: PureModel, drafter, state: DecodeState, config: DecodeConf
     """Width 0 of an adaptive step: a genuine one-token target step. The drafter drafts
     nothing; it only takes note of the committed token (``drafter.skip``)."""
     layers = feature_layers(drafter)
-    if layers:
-        new, hidden = autoregressive_step(target, state, config, layers)
-        extra = {"features": hidden}
-    else:
-        new, extra = autoregressive_step(target, state, config), {}
+    new, hidden = autoregressive_step(target, state, config, layers)
+    extra = {"features": hidden} if layers else {}
     draft_state = drafter.skip(state.draft_state, state.tokens, state.lengths, ~state.done, **extra)
     return new.replace(draft_state=draft_state)
 
@@ -140,20 +137,3 @@ def adaptive_step(
         for i in range(len(config.widths))
     ]
     return jax.lax.switch(index, branches, state)
-
-
-def step(
-    target: PureModel,
-    drafter,
-    state: DecodeState,
-    config: DecodeConfig,
-    inputs: width_control.WidthInputs | None = None,
-) -> DecodeState:
-    """The step ``config`` asks for: autoregressive when not speculative, adaptive when the
-    state carries a width controller (``inputs`` then gives its costs), else speculative at the
-    drafter's full width."""
-    if not config.speculative:
-        return autoregressive_step(target, state, config)
-    if state.control is not None:
-        return adaptive_step(target, drafter, state, config, inputs)
-    return speculative_step(target, drafter, state, config)

@@ -24,7 +24,8 @@ models) become ``finish_reason="error"`` completions; the others go on.
 
 Adaptive draft widths (``DecodeConfig.widths``) choose one width for all rows of a step; at
 temperature > 0 that would make a request's sample depend on its neighbours, so they are refused
-there (greedy output never depends on the widths).
+there unless the verifier is ``gumbel`` (greedy output, and gumbel's sample, never depend on the
+widths).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class ContinuousBatch:
     Args:
       target: the target model; drafter: a drafter or None (autoregressive).
       config: the :class:`~specjax.decode.DecodeConfig` (adaptive ``widths`` at temperature 0
-        only).
+        or with the ``gumbel`` verifier).
       slots: B, the rows decoded together (on a mesh rounded up to a multiple of ``data``); a
         run of fewer requests takes only as many rows as it has requests.
       seed: the run's seed; a request's draws depend only on it and the request's id.

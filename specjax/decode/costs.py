@@ -33,9 +33,10 @@ from specjax import verify
 from specjax.decode.config import DecodeConfig
 from specjax.decode.widths import Fixed, RandomWidths, policy_of
 
-ROUNDS, STEPS = 5, 8
-"""Rounds of :func:`measure` (the median of their per-round ratios) and the extra steps of a
-round's long call at each width."""
+ROUNDS, STEPS, SECONDS = 5, (8, 256), 0.02
+"""Rounds of :func:`measure` (the median of their per-round ratios), the bounds of the extra
+steps of a round's long call, and how long a width-0 long call should run (sub-millisecond
+steps need many for the call's own cost and the machine's jitter to cancel)."""
 
 FORMAT = "specjax-width-costs/1"
 """The ``format`` of a costs file."""
@@ -62,10 +63,11 @@ def _agreed(seconds: float) -> float:
     return float(multihost_utils.broadcast_one_to_all(np.float32(seconds)))
 
 
-def measure(run, state, restart=None, rounds: int = ROUNDS, steps: int = STEPS):
+def measure(run, state, restart=None, rounds: int = ROUNDS):
     """Times ``run``'s decode program forced at each width: per round and width, a call of
-    ``1 + steps`` steps less a one-step call (the call's own overhead cancels) per extra step,
-    over width 0's of the same round; the costs are each width's median ratio.
+    ``1 + n`` steps less a one-step call (the call's own overhead cancels) per extra step, over
+    width 0's of the same round; the costs are each width's median ratio. ``n`` is sized from a
+    pilot so that a width-0 long call runs about :data:`SECONDS`.
 
     Args:
       run: a :class:`~specjax.decode.loop.Run` with ``config.widths``.
@@ -90,16 +92,28 @@ def measure(run, state, restart=None, rounds: int = ROUNDS, steps: int = STEPS):
 
     for i in range(n):  # untimed: a width's first run is slower
         state, *_ = call(state, 1, i)
+    state, short, _, _ = call(state, 1, 0)  # the pilot: a width-0 step's time
+    state, long, n_long, done = call(state, 1 + STEPS[0], 0)
+    per_step = max(long - short, 1e-6) / max(n_long - 1, 1)
+    steps = int(np.clip(np.ceil(SECONDS / per_step), *STEPS))
+    if done:
+        if restart is None:
+            return None, state
+        state = restart()
     for _ in range(rounds):
         for i in range(n):
-            state, short, n_short, _ = call(state, 1, i)
-            state, long, n_long, done = call(state, 1 + steps, i)
-            if n_long > n_short:
-                seconds[i].append(max(long - short, 1e-9) / (n_long - n_short))
-            if done:
-                if restart is None:
-                    return _costs(seconds), state
-                state = restart()
+            for _ in range(2):  # a pair cut short by the rows finishing is measured again
+                state, short, n_short, _ = call(state, 1, i)
+                state, long, n_long, done = call(state, 1 + steps, i)
+                measured = n_long > n_short
+                if measured:
+                    seconds[i].append(max(long - short, 1e-9) / (n_long - n_short))
+                if done:
+                    if restart is None:
+                        return _costs(seconds), state
+                    state = restart()
+                if measured:
+                    break
     return _costs(seconds), state
 
 
@@ -123,11 +137,24 @@ def hardware() -> str:
 def _entries(path: str) -> list[dict]:
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        data = json.load(f)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a specjax costs file (format {FORMAT!r})")
-    return data["entries"]
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e}); delete it or name another file") from None
+    keys = ("pair", "hardware", "batch", "widths", "costs")
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or not isinstance(entries, list)
+        or not all(isinstance(e, dict) and all(k in e for k in keys) for e in entries)
+    ):
+        raise ValueError(
+            f"{path} is not a specjax costs file (format {FORMAT!r}); delete it or name "
+            "another file"
+        )
+    return entries
 
 
 def lookup(path: str, pair: str, batch: int, widths: tuple[int, ...]) -> tuple[float, ...]:

@@ -87,4 +87,4 @@ def generate(
             return submesh.generate_on_submeshes(
                 as_pure(target), prompts, config, drafter, seed, mesh, draft_mesh, buckets
             )
-    return loop.generate(target, prompts, config, drafter, seed, mesh, buckets)
+    return loop.generate_local(target, prompts, config, drafter, seed, mesh, buckets)

@@ -1,12 +1,13 @@
-"""Whole generations on one device or a mesh: :func:`generate` and its :class:`Run`.
+"""Whole generations on one device or a mesh: :func:`generate_local` and its :class:`Run`.
 
 A generation is two compiled programs: *prefill* (prompts -> :class:`DecodeState`) and *decode*
 (``step`` under ``lax.while_loop`` for at most ``max_steps`` steps or until every row is done;
-the state is donated, so caches are updated in place). :func:`generate` runs decode once for the
-first step (timing the first token) and once for the rest;
-:class:`~specjax.decode.stream.Stream` runs it one step per call. Inputs are padded to
-:class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are kept per shape, so
-prompts of different lengths reuse the same two programs.
+the state is donated, so caches are updated in place). :func:`generate_local` runs decode once
+for the first step (timing the first token) and once for the rest;
+:class:`~specjax.decode.stream.Stream` runs it one step per call, and
+:class:`~specjax.decode.batching.ContinuousBatch` in chunks, all through :meth:`Run.decode`.
+Inputs are padded to :class:`~specjax.decode.buckets.ShapeBuckets`, and compiled programs are
+kept per shape, so prompts of different lengths reuse the same two programs.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from specjax.models.pure import PureModel, as_pure
 
 UNLIMITED = np.iinfo(np.int32).max
 """``max_steps`` that runs decode until every row is done."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
@@ -226,8 +228,7 @@ class Run:
         start = time.perf_counter()
         if not self.measured:
             costs, _ = cost_source.measure(self, self.start(), restart=self.start)
-            if costs is not None:
-                PROGRAMS.costs[self.key] = costs
+            PROGRAMS.costs[self.key] = costs  # (None: no round completed; guessed, not retried)
             self.calibration_seconds += time.perf_counter() - start
         elif self.compiled:
             jax.block_until_ready(self.decode(self.start(), 1).lengths)
@@ -245,7 +246,7 @@ class Run:
         return Generation(outputs(counters, self.batch.rows), metrics, self.compiled)
 
 
-def generate(
+def generate_local(
     target: PureModel | Decoder,
     prompts: Sequence[Sequence[int]],
     config: DecodeConfig,

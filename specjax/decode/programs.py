@@ -23,20 +23,21 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from specjax import sharding
 from specjax.decode import widths
 from specjax.decode.adaptive import (
+    adaptive_step,
     book_idle,
     choose_width,
     idle_quota,
     next_width,
     skip_step,
-    step,
     width_step,
 )
 from specjax.decode.config import DecodeConfig
 from specjax.decode.memory import check_fits
 from specjax.decode.slots import grow_program, insert_program
 from specjax.decode.state import DecodeState
-from specjax.decode.step import init_state
+from specjax.decode.step import autoregressive_step, init_state, speculative_step
 from specjax.models.cache import KVCache
+from specjax.models.pure import PureModel
 
 
 def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
@@ -91,6 +92,23 @@ def _readable_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> Decod
     if not isinstance(state.draft_state, KVCache):
         draft = jax.tree.map(lambda _: replicated, draft)
     return inner.replace(**small, draft_state=draft)
+
+
+def step(
+    target: PureModel,
+    drafter,
+    state: DecodeState,
+    config: DecodeConfig,
+    inputs: widths.WidthInputs | None = None,
+) -> DecodeState:
+    """The step ``config`` asks for: autoregressive when not speculative, adaptive when the
+    state carries a width controller (``inputs`` then gives its costs), else speculative at the
+    drafter's full width."""
+    if not config.speculative:
+        return autoregressive_step(target, state, config)[0]
+    if state.control is not None:
+        return adaptive_step(target, drafter, state, config, inputs)
+    return speculative_step(target, drafter, state, config)
 
 
 def prefill_program(

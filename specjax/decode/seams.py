@@ -20,7 +20,6 @@ these are the pieces it is built from, stable enough to build on:
   target half of a round), ``ssd_counts``.
 """
 
-from specjax.decode.adaptive import step
 from specjax.decode.inputs import PreparedBatch, prepare
 from specjax.decode.loop import Run, compile_generation, outputs
 from specjax.decode.observe import StepLaws, observed_step
@@ -30,6 +29,7 @@ from specjax.decode.programs import (
     decode_program,
     prefill_program,
     state_shardings,
+    step,
 )
 from specjax.decode.ssd.rounds import generate_ssd, ssd_counts, verify_round
 from specjax.decode.state import DecodeState, StepStats

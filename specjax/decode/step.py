@@ -145,9 +145,11 @@ def autoregressive_step(
     the Gumbel-max draw of the row's noise at the token's position (the ``gumbel`` verifier's
     target token, so the two agree token for token), the first maximal logit at temperature 0.
 
-    With ``features`` (target blocks a feature drafter reads) it returns ``(state, hidden)``,
-    ``hidden [B, 1, A, D]`` the fed token's features from the same forward.
+    Returns:
+      ``(state, hidden)``: ``hidden [B, 1, A, D]`` the fed token's features at the target
+      blocks ``features`` (a feature drafter's) from the same forward, None without them.
     """
+    hidden = None
     if features:
         logits, cache, hidden = target(
             last_tokens(state), cache=state.target_cache, features=features
@@ -167,7 +169,7 @@ def autoregressive_step(
         target_cache=cache,
         stats=state.stats.record(active, none, none, fault=fault),
     )
-    return (new, hidden) if features else new
+    return new, hidden
 
 
 def cut_at_stop(draft: Draft, stop_tokens: tuple[int, ...]) -> Array:
@@ -282,8 +284,8 @@ def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, co
         features=layers,
         replacement=draws_with_replacement(drafter),
     )
-    new, path, tau = out[:3]
-    extra = {"features": out[3]} if layers else {}  # the root's and the path's target features
+    new, path, tau, hidden = out
+    extra = {"features": hidden} if layers else {}  # the root's and the path's target features
     draft_state = drafter.commit(
         state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
@@ -317,15 +319,17 @@ def verify_and_commit(
         ``specinfer``.
 
     Returns:
-      The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``; with
-      ``features``, also the root's and the followed path's hidden states ``[B, L + 1, A, D]``.
+      ``(state, path, tau, features)``: the new state (``draft_state`` untouched), the followed
+      ``path [B]`` and ``tau [B]``, and the root's and the followed path's hidden states at the
+      blocks ``features`` ``[B, L + 1, A, D]`` (None without them).
     """
     logits, cache, hidden = score_tree(target, state, draft.tokens, features)
-    out = commit_tree(state, draft, logits, cache, k_verify, config, replacement=replacement)
+    new_state, path, tau = commit_tree(
+        state, draft, logits, cache, k_verify, config, replacement=replacement
+    )
     if features:
-        new_state, path, tau = out
-        return new_state, path, tau, tree.path_nodes(hidden, path, draft.tokens.shape[2])
-    return out
+        hidden = tree.path_nodes(hidden, path, draft.tokens.shape[2])
+    return new_state, path, tau, hidden
 
 
 def score_tree(

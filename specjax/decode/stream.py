@@ -1,6 +1,6 @@
 """Streaming generation: :class:`Stream` yields each step's accepted tokens as they come.
 
-It runs :func:`~specjax.decode.loop.generate`'s own two programs (a
+It runs :func:`~specjax.decode.loop.generate_local`'s own two programs (a
 :class:`~specjax.decode.loop.Run`), decode one step per call.
 """
 

@@ -79,7 +79,8 @@ def _split(keys, *, mesh):
 
 
 def _verify(target, state, draft, key, *, config, replacement, mesh):
-    state, path, tau = verify_and_commit(target, state, draft, key, config, replacement=replacement)
+    out = verify_and_commit(target, state, draft, key, config, replacement=replacement)
+    state, path, tau, _ = out
     return constrain_state(state, mesh, False), path, tau
 
 

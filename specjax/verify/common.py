@@ -318,7 +318,7 @@ ARGMAX_BLOCK = 4096
 """Largest vocabulary block of :func:`argmax_first`: a divisor of V, so no padded copy is made."""
 
 
-def _blocks(x: Array, fill, c: int | None = None) -> tuple[Array, int]:
+def row_blocks(x: Array, fill, c: int | None = None) -> tuple[Array, int]:
     """``x [..., V]`` padded with ``fill`` and reshaped to ``[..., V / c, c]`` (c: the vocabulary
     block size, :data:`BLOCK` unless given); returns (x, c)."""
     v = x.shape[-1]
@@ -344,7 +344,7 @@ def argmax_first(x: Array, *, reread: bool = False) -> Array:
     an x computed with a transcendental (Gumbel-max's log), XLA:CPU then writes x out once;
     with one pass it writes the log out on its own and x again (1.6x the time).
     """
-    blocks, c = _blocks(x, -jnp.inf, _argmax_block(x.shape[-1]))  # [..., nb, c]
+    blocks, c = row_blocks(x, -jnp.inf, _argmax_block(x.shape[-1]))  # [..., nb, c]
     block_max = jnp.max(blocks, axis=-1)  # [..., nb]
     if not reread:  # else XLA rewrites the max of the block maxima as a pass over x
         block_max = jax.lax.optimization_barrier(block_max)
@@ -357,7 +357,7 @@ def argmax_first(x: Array, *, reread: bool = False) -> Array:
     return (j * c + jnp.minimum(i, c - 1)).astype(jnp.int32)
 
 
-def _inverse_cdf(weights: Array, u: Array) -> Array:
+def inverse_cdf(weights: Array, u: Array) -> Array:
     """Index of ``u [B]`` times the total mass in the CDF of ``weights [B, n]`` (positive only)."""
     cdf = jnp.cumsum(weights, axis=-1)
     index = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], axis=-1)
@@ -394,22 +394,22 @@ def sample_with(u: Array, weights: Array, fallback: Array) -> Array:
     Returns:
       int32 ``[B]`` token ids, always with positive weight (or positive fallback weight).
     """
-    blocks, c = _blocks(jnp.maximum(weights, 0.0), 0.0)  # [B, nb, c]
+    blocks, c = row_blocks(jnp.maximum(weights, 0.0), 0.0)  # [B, nb, c]
     # A row has no positive mass iff its block sums add up to 0 (terms >= 0 never cancel), so
     # no pass over V decides it (XLA:CPU writes out every [B, V] operand it reduces; the
     # barrier keeps XLA from rewriting the sum of the sums as such a pass). The fallback's
     # blocks are summed only when some row needs them.
     sums = jax.lax.optimization_barrier(jnp.sum(blocks, axis=-1))  # [B, nb]
     empty = jnp.sum(sums, axis=-1, keepdims=True) <= 0.0  # [B, 1]
-    fallback_sums = lambda: jnp.sum(_blocks(jnp.maximum(fallback, 0.0), 0.0)[0], axis=-1)
+    fallback_sums = lambda: jnp.sum(row_blocks(jnp.maximum(fallback, 0.0), 0.0)[0], axis=-1)
     sums = jax.lax.cond(
         jnp.any(empty), lambda: jnp.where(empty, fallback_sums(), sums), lambda: sums
     )
     u = u.astype(blocks.dtype)
-    j = _inverse_cdf(sums, u[:, 0])  # [B]
+    j = inverse_cdf(sums, u[:, 0])  # [B]
     pick = lambda x: jnp.take_along_axis(x, j[:, None, None], axis=1)[:, 0]  # [B, c]
-    inner = jnp.where(empty, jnp.maximum(pick(_blocks(fallback, 0.0)[0]), 0.0), pick(blocks))
-    return (j * c + _inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
+    inner = jnp.where(empty, jnp.maximum(pick(row_blocks(fallback, 0.0)[0]), 0.0), pick(blocks))
+    return (j * c + inverse_cdf(inner, u[:, 1])).astype(jnp.int32)
 
 
 def normalize(weights: Array, fallback: Array) -> Array:

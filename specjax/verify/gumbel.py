@@ -3,7 +3,9 @@ Communication and Drafter-Invariant Speculative Decoding", arXiv 2408.07978), on
 
 The target's token at absolute position n of a row is ``argmax_v log p_n(v) + G_n(v)``, with
 ``G_n`` Gumbel(0, 1) noise drawn from the row's noise key and n alone (:func:`gumbel_noise`):
-the Gumbel-max trick, so the token has exactly the law ``p_n``. A draft token is accepted while
+the Gumbel-max trick, so the token has exactly the law ``p_n``. It is computed as the equivalent
+exponential race ``argmax_v p_n(v) · W_n(v)``, ``W = exp(G)``, a product instead of a log of
+every target entry. A draft token is accepted while
 it equals the target's token at its position; the first that does not is replaced by the
 target's, or, all accepted, the target's token after them is the bonus. Every token that comes
 out is the target's Gumbel-max draw at its position, so the output is the autoregressive sample
@@ -33,20 +35,23 @@ from specjax.verify.common import (
 
 
 def gumbel_noise(keys: PRNGKey, positions: Array, vocab: int) -> Array:
-    """float32 ``[B, T, V]`` Gumbel(0, 1) noise of row b at absolute position ``positions[b, t]``:
-    ``gumbel(fold_in(keys[b], position))``, the same wherever and whenever it is drawn."""
+    """float32 ``[B, T, V]`` the noise of row b at absolute position ``positions[b, t]``, drawn
+    from ``fold_in(keys[b], position)`` alone (the same wherever and whenever it is drawn), as
+    exponential-race weights ``W = 1 / E``, ``E ~ Exp(1)``: ``log W`` is Gumbel(0, 1) noise, so
+    ``argmax p · W`` is the Gumbel-max draw ``argmax log p + G``, without a log of every ``p``."""
 
     def one(key, position):
-        return jax.random.gumbel(jax.random.fold_in(key, position), (vocab,), jnp.float32)
+        e = jax.random.exponential(jax.random.fold_in(key, position), (vocab,), jnp.float32)
+        return 1.0 / jnp.maximum(e, 1e-30)  # (E = 0 when the uniform draw is 0: W stays finite)
 
     return jax.vmap(jax.vmap(one, (None, 0)))(keys, positions.astype(jnp.uint32))
 
 
 def gumbel_max(probs: Array, noise: Array) -> Array:
-    """int32 ``[...]``: ``argmax log probs + noise`` over the last axis (a token of zero
-    probability never wins): a sample of ``probs [..., V]`` given its noise ``[..., V]``."""
-    logp = jnp.where(probs > 0.0, jnp.log(jnp.where(probs > 0.0, probs, 1.0)), -jnp.inf)
-    return argmax_first(logp + noise, reread=True)
+    """int32 ``[...]``: ``argmax probs · noise`` over the last axis, a sample of ``probs [..., V]``
+    given its race weights ``noise [..., V]`` (:func:`gumbel_noise`; a token of zero probability
+    never wins): ``P(a) = p_a``, since ``p_v / E_v`` is an exponential race."""
+    return argmax_first(probs * noise, reread=True)
 
 
 def coupled_acceptance(target_probs: Array, draft_probs: Array) -> Array:
@@ -85,9 +90,9 @@ def gumbel_verify(
     target's token after it.
 
     Args:
-      noise: float ``[B, L+1, V]`` the Gumbel noise of the positions of draft tokens 0 .. L - 1
-        and of the bonus (:func:`gumbel_noise` of the row's noise key): in place of the other
-        verifiers' key, since the draws belong to positions, not to steps.
+      noise: float ``[B, L+1, V]`` the race weights ``exp(G)`` of the positions of draft tokens
+        0 .. L - 1 and of the bonus (:func:`gumbel_noise` of the row's noise key): in place of
+        the other verifiers' key, since the draws belong to positions, not to steps.
       draft_tokens: int ``[B, L]`` (-1 = padding, never accepted).
       draft_probs: ``[B, L, V]``, read only to end a path at a law that is not a probability
         vector.

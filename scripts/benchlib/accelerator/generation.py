@@ -16,6 +16,7 @@ import numpy as np
 from flax import nnx
 
 import benchlib
+from benchlib import width_policies
 from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import Bench, encode_chat
 from benchlib.chat_prompts import CHATS
@@ -98,13 +99,15 @@ def _width_steps(steps: dict) -> str | None:
 
 
 def _adaptive_columns(target, ids: list[int], config, drafter, forced: bool) -> dict:
-    """The adaptive program's ``width_costs`` (what the controller used: calibrated in the
-    warm-up, the guess where the calibration was cut off or forgotten), e.g. ``1.00, 1.27``,
-    and, if ``forced``, its ``forced_ms``: milliseconds per step forced to each width for a
-    whole generation (the second of two runs), e.g. ``2.10, 2.05``: what the costs estimate,
-    measured the way a generation spends it."""
+    """The adaptive program's ``width_costs``, what its policy weighed, with their source
+    (:attr:`Run.costs`; :func:`benchlib.width_policies.costs_of`): e.g. ``measured 1.00, 1.27``
+    (T = 0: measured in the warm-up) or ``guessed 1.00, 1.40`` (T > 0, block verification: no
+    clock may choose), and, if ``forced``, its ``forced_ms``: milliseconds per step forced to
+    each width for a whole generation (the second of two runs), e.g. ``2.10, 2.05``: what the
+    costs estimate, measured the way a generation spends it."""
     run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
-    out = {"width_costs": ", ".join(f"{c:.2f}" for c in run.costs)}
+    source, costs = width_policies.costs_of(run)
+    out = {"width_costs": f"{source} " + ", ".join(f"{c:.2f}" for c in costs)}
     if forced:
         ms = []
         for i in range(len(config.widths)):
@@ -145,10 +148,12 @@ def speculative_section(sec: Section, bench: Bench) -> None:
     sec.note(
         f"n-gram drafter: L = {sizes.ngram_len}, n = 3..1 (configs/smollm2.py). T = 0: greedy "
         "verifier; T = 1: block verifier. Each drafter drafts L tokens every step, and, as the "
-        "CLI does by default (widths=auto), L or none per step (`adaptive (0, L)`: its "
-        "calibration runs in the warm-up, before the timed rounds). Width costs: the calibrated "
-        "cost of a step at each width in width-0 steps; ms per step forced to each width: the "
-        "same program forced to each width for a whole generation (what the costs estimate)."
+        "CLI does by default (widths=auto), L or none per step (`adaptive (0, L)`). Width "
+        "costs: the cost of a step at each width in width-0 steps that the policy weighed, and "
+        "where it came from: measured once per program in the warm-up, before the timed rounds "
+        "(T = 0), or guessed (T > 0 with block verification, where no clock may choose); ms "
+        "per step forced to each width: the same program forced to each width for a whole "
+        "generation (what measured costs estimate)."
     )
     new = sizes.new_tokens
     configs = {}  # temperature -> method -> (config, drafter)

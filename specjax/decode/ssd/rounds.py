@@ -43,7 +43,7 @@ def verify_round(
     """The target's half of a round: verify ``draft`` (K = 1) and commit; the outcome for the
     draft devices."""
     keys, k_verify = split_keys(state.keys, 2)
-    new, _, tau = verify_and_commit(target, state.replace(keys=keys), draft, k_verify, config)
+    new, _, tau, _ = verify_and_commit(target, state.replace(keys=keys), draft, k_verify, config)
     last = jnp.take_along_axis(new.tokens, (new.lengths - 1)[:, None], axis=1)[:, 0]
     return new, Outcome(tau.astype(jnp.int32), last, new.lengths, new.done)
 

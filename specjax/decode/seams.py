@@ -34,6 +34,7 @@ from specjax.decode.programs import (
 from specjax.decode.ssd.rounds import generate_ssd, ssd_counts, verify_round
 from specjax.decode.state import DecodeState, StepStats
 from specjax.decode.step import (
+    TargetOut,
     autoregressive_step,
     commit_tree,
     init_state,
@@ -41,6 +42,7 @@ from specjax.decode.step import (
     score_tree,
     speculative_step,
     split_keys,
+    target_forward,
     tree_inputs,
     tree_laws,
     verify_and_commit,
@@ -54,6 +56,7 @@ __all__ = [
     "Run",
     "StepLaws",
     "StepStats",
+    "TargetOut",
     "autoregressive_step",
     "commit_tree",
     "compile_generation",
@@ -72,6 +75,7 @@ __all__ = [
     "ssd_counts",
     "state_shardings",
     "step",
+    "target_forward",
     "tree_inputs",
     "tree_laws",
     "verify_and_commit",

@@ -8,6 +8,7 @@ that are done still flow through the step (static shapes) but nothing of theirs 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -149,13 +150,9 @@ def autoregressive_step(
       ``(state, hidden)``: ``hidden [B, 1, A, D]`` the fed token's features at the target
       blocks ``features`` (a feature drafter's) from the same forward, None without them.
     """
-    hidden = None
-    if features:
-        logits, cache, hidden = target(
-            last_tokens(state), cache=state.target_cache, features=features
-        )  # [B, 1, V], _, [B, 1, A, D]
-    else:
-        logits, cache = target(last_tokens(state), cache=state.target_cache)  # [B, 1, V]
+    logits, cache, hidden = target_forward(
+        target, last_tokens(state), features, cache=state.target_cache
+    )  # [B, 1, V], _, [B, 1, A, D] or None
     token = sampling.position_tokens(state.noise_keys, state.lengths, logits[:, 0], config.sampling)
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
@@ -332,21 +329,38 @@ def verify_and_commit(
     return new_state, path, tau, hidden
 
 
+class TargetOut(NamedTuple):
+    """What every target forward of a step returns.
+
+    Attributes:
+      logits: ``[B, T, V]``.
+      cache: the target cache with the T fed tokens written.
+      features: the hidden states ``[B, T, A, D]`` of the blocks a feature drafter reads (A of
+        them), or None where it reads none.
+    """
+
+    logits: Array
+    cache: KVCache
+    features: Array | None
+
+
+def target_forward(target: PureModel, tokens: Array, features: tuple[int, ...] = (), **kwargs):
+    """The target's forward over ``tokens [B, T]`` as a :class:`TargetOut` (``kwargs``: the
+    model's ``cache``, ``positions``, ``attn_mask``)."""
+    if features:
+        return TargetOut(*target(tokens, features=features, **kwargs))
+    return TargetOut(*target(tokens, **kwargs), None)
+
+
 def score_tree(
     target: PureModel, state: DecodeState, draft_tokens: Array, features: tuple[int, ...] = ()
-) -> tuple[Array, KVCache, Array | None]:
-    """The step's ONE target forward, over the draft tree of :func:`tree_inputs`.
-
-    Returns:
-      ``logits [B, T, V]``, the target cache with all T nodes written (:func:`commit_tree` rolls
-      it back) and, with ``features``, those blocks' hidden states ``[B, T, A, D]`` (else None).
-    """
+) -> TargetOut:
+    """The step's ONE target forward, over the draft tree of :func:`tree_inputs`: the logits,
+    the target cache with all T nodes written (:func:`commit_tree` rolls it back) and, with
+    ``features``, those blocks' hidden states (else None)."""
     feed, positions, mask = tree_inputs(state, draft_tokens)  # [B, T], [B, T], [B, T, T]
     kwargs = dict(cache=state.target_cache, positions=positions, attn_mask=mask)
-    if features:
-        return target(feed, features=features, **kwargs)
-    logits, cache = target(feed, **kwargs)
-    return logits, cache, None
+    return target_forward(target, feed, features, **kwargs)
 
 
 def commit_tree(

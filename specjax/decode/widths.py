@@ -194,6 +194,11 @@ def _counted(control: WidthControl, index: Array, active: Array) -> WidthControl
 class Goodput:
     """The default policy (module docstring); its knobs, each a field.
 
+    TODO(width-policy): at temperature 0 a draft that pays modestly (SmolLM2's head, acceptance
+    ~0.6) is stopped by two or three 0/1 rejections in a row and its doubling probes then wait
+    (BENCHMARKS.md: 1.06x against fixed drafting's 1.15x); a probe after a long idle run also
+    pays a lazy draft's catch-up, which the costs do not price.
+
     Attributes:
       rate: the weight of the newest verdict in the moving average (the first few weigh
         ``1 / (seen + 1 + prior_weight)``).

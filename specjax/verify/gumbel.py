@@ -110,6 +110,7 @@ def gumbel_verify(
         raise ValueError(
             f"gumbel_verify: noise must be [B, L+1, V] = {[b, l + 1, v]}, got {list(noise.shape)}"
         )
+    # TODO(gumbel-speed): 5.6x a read of its inputs at B = 64 on the CPU (1.9x at B = 1).
     n = valid_lengths(cut_at(invalid_laws(draft_probs), num_draft), draft_tokens, v)  # [B]
     target = gumbel_max(target_probs.astype(jnp.float32), noise)  # [B, L+1]
     match = (draft_tokens == target[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]

@@ -237,3 +237,17 @@ def test_block_weights_check_the_laws_in_their_pass():
 
     plain = jax.jit(plain)(log_w, p, q)
     np.testing.assert_array_equal(np.asarray(z)[~bad], np.asarray(plain)[~bad])
+
+
+@pytest.mark.parametrize("vocab", [1, 300, 4096])
+def test_argmax_product_is_the_argmax_of_the_product(vocab):
+    """``common.argmax_product(a, b)`` is the first maximal index of ``a * b``: zeros, ties,
+    large weights."""
+    from specjax.verify import common
+
+    rng = np.random.default_rng(vocab)
+    a = rng.integers(0, 5, size=(4, 3, vocab)).astype(np.float32) / 4  # zeros and ties
+    b = rng.integers(1, 4, size=(4, 3, vocab)).astype(np.float32)
+    b[0, 0, -1] = 1e30
+    got = jax.jit(common.argmax_product)(a, b)
+    np.testing.assert_array_equal(got, np.argmax(a * b, axis=-1))

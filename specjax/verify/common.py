@@ -357,6 +357,25 @@ def argmax_first(x: Array, *, reread: bool = False) -> Array:
     return (j * c + jnp.minimum(i, c - 1)).astype(jnp.int32)
 
 
+def argmax_product(a: Array, b: Array) -> Array:
+    """:func:`argmax_first` of ``a * b`` (non-negative ``[..., V]`` each), reading ``a`` and
+    ``b`` instead of their product: XLA:CPU fuses a product into the blocked argmax's passes
+    several times slower than it reads two inputs (20 ms against 4.5 ms at ``[64, 5, 32768]``).
+    The block maxima of the product come from one fused pass; the winning block's product is
+    formed again from its two slices, the same float32 products, so the index is identical.
+    int32 ``[...]``."""
+    c = _argmax_block(a.shape[-1])
+    blocks_a, c = row_blocks(a, 0.0, c)  # [..., nb, c]
+    blocks_b, _ = row_blocks(b, 0.0, c)
+    block_max = jax.lax.optimization_barrier(jnp.max(blocks_a * blocks_b, axis=-1))  # [..., nb]
+    top = jnp.max(block_max, axis=-1, keepdims=True)
+    nb = block_max.shape[-1]
+    j = jnp.minimum(jnp.min(jnp.where(block_max == top, jnp.arange(nb), nb), axis=-1), nb - 1)
+    pick = lambda x: jnp.take_along_axis(x, j[..., None, None], axis=-2)[..., 0, :]  # [..., c]
+    i = jnp.min(jnp.where(pick(blocks_a) * pick(blocks_b) == top, jnp.arange(c), c), axis=-1)
+    return (j * c + jnp.minimum(i, c - 1)).astype(jnp.int32)
+
+
 def inverse_cdf(weights: Array, u: Array) -> Array:
     """Index of ``u [B]`` times the total mass in the CDF of ``weights [B, n]`` (positive only)."""
     cdf = jnp.cumsum(weights, axis=-1)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from specjax.typing import Array, PRNGKey
 from specjax.verify.common import (
     VerifyResult,
-    argmax_first,
+    argmax_product,
     check_chain_inputs,
     cut_at,
     invalid_laws,
@@ -51,7 +51,7 @@ def gumbel_max(probs: Array, noise: Array) -> Array:
     """int32 ``[...]``: ``argmax probs · noise`` over the last axis, a sample of ``probs [..., V]``
     given its race weights ``noise [..., V]`` (:func:`gumbel_noise`; a token of zero probability
     never wins): ``P(a) = p_a``, since ``p_v / E_v`` is an exponential race."""
-    return argmax_first(probs * noise, reread=True)
+    return argmax_product(probs, noise)
 
 
 def coupled_acceptance(target_probs: Array, draft_probs: Array) -> Array:
@@ -110,7 +110,6 @@ def gumbel_verify(
         raise ValueError(
             f"gumbel_verify: noise must be [B, L+1, V] = {[b, l + 1, v]}, got {list(noise.shape)}"
         )
-    # TODO(gumbel-speed): 5.6x a read of its inputs at B = 64 on the CPU (1.9x at B = 1).
     n = valid_lengths(cut_at(invalid_laws(draft_probs), num_draft), draft_tokens, v)  # [B]
     target = gumbel_max(target_probs.astype(jnp.float32), noise)  # [B, L+1]
     match = (draft_tokens == target[:, :l]) & (jnp.arange(l)[None, :] < n[:, None])  # [B, L]

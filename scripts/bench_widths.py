@@ -134,27 +134,24 @@ def costs_of(target, drafter, ids: list[int], config: DecodeConfig) -> tuple[str
 
 def speed_table(target, tok, n: int, l_len: int) -> list[dict]:
     """Interleaved AR / fixed / adaptive runs per prompt, the n-gram drafter."""
-    greedy = SamplingParams(temperature=0.0)
     ngram = NgramDrafter(target.config.vocab_size, draft_len=l_len)
-    spec = DecodeConfig("block", greedy, n)
-    configs = {
-        "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),
-        f"fixed L={l_len}": (spec, ngram),
-    } | adaptive_configs(spec, ngram, l_len)
-    records = []
-    for name, text in prompts().items():
-        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
-        records += interleaved(name, ids, target, configs)
-    return records
+    return drafter_table(target, tok, n, ngram)
 
 
 def eagle_table(target, module, tok, n: int) -> list[dict]:
     """The same prompts with SmolLM2's committed EAGLE head (configs/smollm2_eagle.py: L =
     ``--head_len``, block verification, T = 0)."""
-    greedy = SamplingParams(temperature=0.0)
     head = PureModel.of(load_head(EAGLE_HEAD_DIR, module))
-    l_len = _HEAD_LEN.value
-    drafter = FeatureDrafter(head, num_paths=1, draft_len=l_len, sampling=greedy)
+    greedy = SamplingParams(temperature=0.0)
+    drafter = FeatureDrafter(head, num_paths=1, draft_len=_HEAD_LEN.value, sampling=greedy)
+    return drafter_table(target, tok, n, drafter)
+
+
+def drafter_table(target, tok, n: int, drafter) -> list[dict]:
+    """Interleaved AR / fixed / adaptive runs of ``drafter`` (block verification, T = 0) on
+    every held-out chat prompt."""
+    greedy = SamplingParams(temperature=0.0)
+    l_len = drafter.draft_len
     spec = DecodeConfig("block", greedy, n)
     configs = {
         "autoregressive": (DecodeConfig("autoregressive", greedy, n), None),

@@ -157,12 +157,16 @@ def _entries(path: str) -> list[dict]:
     return entries
 
 
+def _key(entry: dict) -> tuple:
+    """What a costs file keys an entry by: pair, hardware, batch bucket, widths."""
+    return entry["pair"], entry["hardware"], entry["batch"], tuple(entry["widths"])
+
+
 def lookup(path: str, pair: str, batch: int, widths: tuple[int, ...]) -> tuple[float, ...]:
     """The costs a costs file holds for ``pair`` on this hardware at ``batch`` rows (a batch
     bucket) and ``widths``; raises ValueError naming the command that measures them."""
     for e in _entries(path):
-        key = (e["pair"], e["hardware"], e["batch"], tuple(e["widths"]))
-        if key == (pair, hardware(), batch, tuple(widths)):
+        if _key(e) == (pair, hardware(), batch, tuple(widths)):
             return tuple(float(c) for c in e["costs"])
     raise ValueError(
         f"{path} has no width costs for {pair!r} on {hardware()} at batch {batch} and widths "
@@ -181,8 +185,7 @@ def record(path: str, pair: str, batch: int, widths: tuple[int, ...], costs) -> 
         costs=[round(float(c), 4) for c in costs],
         measured=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
-    key = lambda e: (e["pair"], e["hardware"], e["batch"], tuple(e["widths"]))
-    kept = [e for e in _entries(path) if key(e) != key(entry)]
+    kept = [e for e in _entries(path) if _key(e) != _key(entry)]
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         json.dump(dict(format=FORMAT, entries=[*kept, entry]), f, indent=1)

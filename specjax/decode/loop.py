@@ -185,13 +185,18 @@ class Run:
         return state
 
     def _width_inputs(self, force: int) -> widths.WidthInputs:
-        """The policy's inputs on device, kept per (costs, force): a streamed sub-millisecond
-        step should not pay host-to-device copies."""
+        """The policy's inputs on device, kept per (costs, force), and per force alone once the
+        costs are settled (:attr:`measured`): a streamed sub-millisecond step should pay neither
+        host-to-device copies nor reading the costs again."""
+        if ("settled", force) in self._inputs:
+            return self._inputs["settled", force]
         costs = self.costs
         key = (costs.tobytes(), force)
         if key not in self._inputs:
             host = widths.WidthInputs(costs, np.int32(force))
             self._inputs[key] = jax.tree.map(self.put_scalar, host)
+        if self.measured:
+            self._inputs["settled", force] = self._inputs[key]
         return self._inputs[key]
 
     def _scalar(self, value: int):
@@ -210,11 +215,16 @@ class Run:
         """Measures the width costs on ``state`` (donated; a batch job's live slots: the forced
         steps are exact and, where costs may be measured at all, emit the tokens any width
         would) unless they are settled (:attr:`measured`). A generation calls :meth:`prepare`."""
-        if self.measured:
-            return state
+        return state if self.measured else self._measure(state)
+
+    def _measure(self, state: DecodeState, restart=None) -> DecodeState:
+        """:func:`~specjax.decode.costs.measure` on ``state``, its costs kept for the program
+        and its time in :attr:`calibration_seconds`. On live rows (no ``restart``) a measurement
+        the rows' ending cut short is made again at the next call; on a refilled scratch one
+        that found no round is not (the costs stay guessed)."""
         start = time.perf_counter()
-        costs, state = cost_source.measure(self, state)
-        if costs is not None:
+        costs, state = cost_source.measure(self, state, restart=restart)
+        if costs is not None or restart is not None:
             PROGRAMS.costs[self.key] = costs
         self.calibration_seconds += time.perf_counter() - start
         return state
@@ -225,12 +235,10 @@ class Run:
         :attr:`calibration_seconds`), else the first run of the programs this run compiled
         (XLA's first run of a program is slower: added to :attr:`compile_seconds`). Both happen
         once per program in a process."""
-        start = time.perf_counter()
         if not self.measured:
-            costs, _ = cost_source.measure(self, self.start(), restart=self.start)
-            PROGRAMS.costs[self.key] = costs  # (None: no round completed; guessed, not retried)
-            self.calibration_seconds += time.perf_counter() - start
+            self._measure(self.start(), restart=self.start)
         elif self.compiled:
+            start = time.perf_counter()
             jax.block_until_ready(self.decode(self.start(), 1).lengths)
             self.compile_seconds += time.perf_counter() - start
         self._steps = []  # (the scratch's steps are not the generation's)

@@ -216,7 +216,6 @@ class Goodput:
     first_probe: int = 0
     probe: int = 8
     probe_max: int = 128
-
     reveal: float = 0.8
 
     def choose(self, control, inputs, hint, active, look):

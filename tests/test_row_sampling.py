@@ -28,6 +28,7 @@ from specjax.sampling import SamplingParams
 from specjax.testing import pair, sharpened, tiny_config
 
 NEW = 10
+SLOW = pytest.mark.slow
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15]]
 
 
@@ -122,10 +123,10 @@ VERIFIERS = [
     ("block", 1),
     ("gumbel", 1),
     ("specinfer", 2),
-    pytest.param("token", 1, marks=pytest.mark.slow),
-    pytest.param("spectr", 2, marks=pytest.mark.slow),
-    pytest.param("gbv", 2, marks=pytest.mark.slow),
-    pytest.param("autoregressive", 1, marks=pytest.mark.slow),
+    pytest.param("token", 1, marks=SLOW),
+    pytest.param("spectr", 2, marks=SLOW),
+    pytest.param("gbv", 2, marks=SLOW),
+    pytest.param("autoregressive", 1, marks=SLOW),
 ]
 
 
@@ -154,15 +155,23 @@ def test_temperature_0_rows_beside_sampled_rows_are_greedy(models, greedy_tokens
 # -- (c) per-request values == a config of those values -------------------------------------------
 
 OWN = SamplingParams(0.7, top_k=6, top_p=0.9)
+HOT = SamplingParams(1.5)  # the per-row runs' own values, not OWN
 
 
 def run(engine: ContinuousBatch, requests) -> dict:
     return {c.id: c for c in engine.run(requests)}
 
 
-@pytest.mark.parametrize(
-    "verifier", ["block", "gumbel", pytest.param("token", marks=pytest.mark.slow)]
-)
+def per_row_engine(models, verifier: str) -> ContinuousBatch:
+    """A batch at HOT whose drafter draws at HOT too: its requests bring their own values (the
+    per-row tests share its programs)."""
+    target, draft = models
+    drafter = ModelDrafter(draft, draft_len=3, sampling=HOT)
+    config = DecodeConfig(verifier, HOT, NEW)
+    return ContinuousBatch(target, drafter, config, slots=2, seed=5, refill=2)
+
+
+@pytest.mark.parametrize("verifier", ["block", "gumbel", pytest.param("token", marks=SLOW)])
 def test_a_request_with_its_own_sampling_decodes_as_a_config_of_it(models, verifier):
     """A request's own sampling gives the tokens of a static config of the same values (same
     run seed and id), beside a request at the run's own values; the drafter draws with the
@@ -174,29 +183,23 @@ def test_a_request_with_its_own_sampling_decodes_as_a_config_of_it(models, verif
         DecodeConfig(verifier, OWN, NEW),
         slots=2,
         seed=5,
+        refill=2,  # inserts of two: one insert program
     )
-    expected = run(static, [Request(i, p) for i, p in enumerate(PROMPTS)])
-    rows = ContinuousBatch(
-        target,
-        ModelDrafter(draft, draft_len=3, sampling=SamplingParams(1.5)),
-        DecodeConfig(verifier, SamplingParams(1.5), NEW),
-        slots=2,
-        seed=5,
-    )
-    mixed = [Request(i, p, sampling=OWN if i != 3 else None) for i, p in enumerate(PROMPTS)]
-    got = run(rows, mixed)
-    for i in range(len(PROMPTS)):
+    expected = run(static, [Request(i, p) for i, p in enumerate(PROMPTS[:4])])
+    mixed = [Request(i, p, sampling=OWN if i != 3 else None) for i, p in enumerate(PROMPTS[:4])]
+    got = run(per_row_engine(models, verifier), mixed)
+    for i in range(4):
         if i != 3:
             assert got[i].token_ids == expected[i].token_ids, i
-    assert got[3].token_ids != expected[3].token_ids  # at temperature 1.5, not OWN
+    assert got[3].token_ids != expected[3].token_ids  # at HOT, not OWN
 
 
 def test_rows_without_own_values_give_the_static_tokens(models):
     """``rows=True`` with every row at the config's values: the same tokens as the static
     program (the per-row laws are the static ones, bit for bit)."""
     target, draft = models
-    drafter = ModelDrafter(draft, draft_len=3, sampling=OWN)
-    config = DecodeConfig("block", OWN, NEW)
+    drafter = ModelDrafter(draft, draft_len=3, sampling=SamplingParams())
+    config = DecodeConfig("block", SamplingParams(1.0), NEW)  # (b)'s per-row program
     static = generate(target, PROMPTS, config, drafter, seed=2, buckets=EXACT).tokens
     rows = generate(
         target, PROMPTS, dataclasses.replace(config, rows=True), drafter, seed=2, buckets=EXACT
@@ -227,33 +230,25 @@ def test_a_seeded_request_reproduces_generate_with_that_seed(models, verifier):
 
 
 def test_a_request_stops_at_its_own_max_new_tokens_while_others_go_on(models):
-    target, draft = models
-    config = DecodeConfig("block", OWN, NEW)
-    drafter = ModelDrafter(draft, draft_len=3, sampling=OWN)
-    engine = ContinuousBatch(target, drafter, config, slots=2, seed=5)
-    limits = [1, None, 4, NEW, 7]
-    got = run(
-        engine,
-        [
-            Request(i, p, max_new_tokens=m)
-            for i, (p, m) in enumerate(zip(PROMPTS, limits, strict=True))
-        ],
-    )
+    limits = [1, None, 4, 7]
+    requests = [
+        Request(i, p, sampling=OWN, max_new_tokens=m)
+        for i, (p, m) in enumerate(zip(PROMPTS[:4], limits, strict=True))
+    ]
+    got = run(per_row_engine(models, "block"), requests)
     full = run(
-        ContinuousBatch(target, drafter, config, slots=2, seed=5),
-        [Request(i, p) for i, p in enumerate(PROMPTS)],
+        per_row_engine(models, "block"),
+        [dataclasses.replace(r, max_new_tokens=None) for r in requests],
     )
     for i, limit in enumerate(limits):
         n = NEW if limit is None else limit
+        assert len(full[i].token_ids) == NEW
         assert got[i].token_ids == full[i].token_ids[:n], i  # the same draws, cut there
         assert got[i].finish_reason == "length"
 
 
 def test_one_insert_program_serves_every_value(models):
     """Per-request values are traced: other temperatures, limits and seeds compile nothing."""
-    target, draft = models
-    config = DecodeConfig("block", OWN, NEW)
-    drafter = ModelDrafter(draft, draft_len=3, sampling=OWN)
 
     def requests(t: float, m: int, s: int):
         return [
@@ -261,9 +256,9 @@ def test_one_insert_program_serves_every_value(models):
             for i, p in enumerate(PROMPTS[:2])
         ]
 
-    run(ContinuousBatch(target, drafter, config, slots=2, seed=5), requests(0.3, 5, 1))
+    run(per_row_engine(models, "block"), requests(0.3, 5, 1))
     before = PROGRAMS.compiled
-    again = run(ContinuousBatch(target, drafter, config, slots=2, seed=5), requests(1.2, 3, 2))
+    again = run(per_row_engine(models, "block"), requests(1.2, 3, 2))
     assert PROGRAMS.compiled == before
     assert all(len(c.token_ids) == 3 for c in again.values())
 

@@ -321,8 +321,8 @@ class _Programs:
 
     def insert(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The compiled :func:`~specjax.decode.slots.insert_program` for ``args = (target,
-        drafter, state, prompts, prompt_lengths, slots, words, seed)`` (the state donated),
-        kept like the generation programs."""
+        drafter, state, prompts, prompt_lengths, slots, words, seed, seeds, seeded[, rows,
+        limits])`` (the state donated), kept like the generation programs."""
         key = ("insert", signature(args), tuple(sorted(sizes.items())), config.widths, mesh)
         program, built = self.kept.get(key, lambda: _compile_insert(args, sizes, config, mesh))
         self.compiled += built

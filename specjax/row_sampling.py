@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -20,9 +19,6 @@ import numpy as np
 
 from specjax.typing import Array
 from specjax.verify.common import argmax_first
-
-if TYPE_CHECKING:
-    from specjax.sampling import SamplingParams
 
 
 @jax.tree_util.register_dataclass
@@ -46,8 +42,9 @@ class RowSampling:
         return False
 
     @classmethod
-    def of(cls, params: Sequence[SamplingParams]) -> RowSampling:
-        """Host arrays ``[n]`` of ``params``, one per row."""
+    def of(cls, params: Sequence) -> RowSampling:
+        """Host arrays ``[n]`` of ``params`` (a :class:`~specjax.sampling.SamplingParams` per
+        row; not imported here: :mod:`specjax.sampling` imports this module)."""
         return cls(
             np.asarray([p.temperature for p in params], np.float32),
             np.asarray([p.top_k for p in params], np.int32),
@@ -55,7 +52,7 @@ class RowSampling:
         )
 
     @classmethod
-    def full(cls, params: SamplingParams, batch: int) -> RowSampling:
+    def full(cls, params, batch: int) -> RowSampling:
         """``params`` for each of ``batch`` rows (device arrays ``[B]``)."""
         return cls(
             jnp.full((batch,), params.temperature, jnp.float32),

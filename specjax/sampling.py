@@ -16,6 +16,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
+from specjax.row_sampling import RowSampling, row_probs
 from specjax.typing import Array, PRNGKey
 from specjax.verify.common import argmax_first, sample_weights
 from specjax.verify.gumbel import gumbel_max, gumbel_noise
@@ -73,8 +74,12 @@ def row_keys(key: PRNGKey, batch: int) -> PRNGKey:
     return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(batch))
 
 
-def probs_from_logits(logits: Array, params: SamplingParams) -> Array:
-    """The processed distribution ``[..., V]`` (float32) for logits ``[..., V]``."""
+def probs_from_logits(logits: Array, params: SamplingParams | RowSampling) -> Array:
+    """The processed distribution ``[..., V]`` (float32) for logits ``[..., V]``; with
+    :class:`~specjax.row_sampling.RowSampling`, row b of ``logits [B, ..., V]`` takes row b's
+    values (:func:`~specjax.row_sampling.row_probs`)."""
+    if isinstance(params, RowSampling):
+        return row_probs(logits, params)
     logits = logits.astype(jnp.float32)
     vocab = logits.shape[-1]
     if params.greedy:
@@ -116,7 +121,7 @@ def greedy_token(logits: Array) -> Array:
 
 
 def position_tokens(
-    noise_keys: PRNGKey, positions: Array, logits: Array, params: SamplingParams
+    noise_keys: PRNGKey, positions: Array, logits: Array, params: SamplingParams | RowSampling
 ) -> Array:
     """One token per row from the processed law of ``logits [B, V]``: the first maximal index at
     temperature 0, else the Gumbel-max draw of row b's noise at its token's position

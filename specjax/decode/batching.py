@@ -19,8 +19,11 @@ the prompts in flight need, not the longest prompt's. The host loop of
 
 A request's randomness depends only on the seed and its id (:func:`~specjax.decode.slots.
 request_keys`), so its output is the same whatever slot, batch size, order or resume point it
-runs in. Requests that cannot run (empty, token ids outside the vocabulary, too long for the
-models) become ``finish_reason="error"`` completions; the others go on.
+runs in; a request with a ``seed`` of its own decodes as ``generate([prompt], config, seed=seed)``
+does. A request may set its own ``sampling`` and ``max_new_tokens``: the run then carries them per
+row (``DecodeConfig.rows``; one program for every value). Requests that cannot run (empty, token
+ids outside the vocabulary, too long for the models, bad per-request values) become
+``finish_reason="error"`` completions; the others go on.
 
 Adaptive draft widths (``DecodeConfig.widths``) choose one width for all rows of a step; at
 temperature > 0 that would make a request's sample depend on its neighbours, so they are refused
@@ -34,7 +37,7 @@ import collections
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -58,7 +61,8 @@ from specjax.decode.programs import PROGRAMS
 from specjax.decode.slots import id_words
 from specjax.decode.state import DecodeState, check_target
 from specjax.models.pure import PureModel, as_pure
-from specjax.sampling import is_int
+from specjax.row_sampling import RowSampling
+from specjax.sampling import SamplingParams, is_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +75,21 @@ class Request:
       prompt: token ids (at least one).
       error: a problem found before the prompt could be tokenized (a malformed input line):
         the request becomes an ``error`` completion.
+      sampling: its own :class:`~specjax.sampling.SamplingParams`, or a mapping of some of
+        their fields (``{"temperature": 0.7}``: the others the config's; checked when the run
+        starts); None: the config's.
+      max_new_tokens: its own limit, at most the config's (which sizes the caches); None: the
+        config's.
+      seed: its own seed: its keys are those :func:`~specjax.decode.generate` gives one prompt
+        with this seed, so it reproduces that generation; None: the run's seed and its id.
     """
 
     id: Any
     prompt: Sequence[int]
     error: str = ""
+    sampling: SamplingParams | Mapping[str, Any] | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +155,7 @@ class ContinuousBatch:
         self.config, self.mesh, self.buckets = config, mesh, buckets
         check_drafter(self.target, self.drafter, config)
         check_seed(seed)
-        if config.widths and not config.sampling.greedy and config.verifier != "gumbel":
+        if config.widths and not config.greedy and config.verifier != "gumbel":
             raise ValueError(
                 "adaptive widths choose one draft width for all rows of a step, so at "
                 "temperature > 0 a request's sample would depend on the requests beside it; "
@@ -164,6 +178,7 @@ class ContinuousBatch:
         self.seed, self.chunk, self.refill = seed, chunk, refill
         self.metrics: Metrics | None = None
         self.progress: Progress | None = None
+        self._config = config  # this run's: with ``rows`` where a request has its own values
 
     # -- sizes and checks -----------------------------------------------------------------------
 
@@ -178,8 +193,11 @@ class ContinuousBatch:
             limits.append(self.drafter.max_seq_len)
         return min(limits)
 
-    def problem(self, prompt) -> str:
-        """Why ``prompt`` cannot run (``""`` if it can)."""
+    def problem(self, request: Request | Sequence[int]) -> str:
+        """Why a :class:`Request` (or a prompt) cannot run (``""`` if it can)."""
+        if isinstance(request, Request):
+            return request.error or self.problem(request.prompt) or self._values_problem(request)
+        prompt = request
         try:
             check_prompt(prompt, self.target.config.vocab_size)
         except ValueError as err:
@@ -193,6 +211,64 @@ class ContinuousBatch:
                 f"{self._limit()}; shorten the prompt or lower max_new_tokens"
             )
         return ""
+
+    def sampling_of(self, request: Request) -> SamplingParams:
+        """The sampling ``request`` decodes with (raises for bad values: :meth:`problem`)."""
+        own = request.sampling
+        if own is None or isinstance(own, SamplingParams):
+            return own or self.config.sampling
+        if not isinstance(own, Mapping):
+            raise TypeError(
+                f"sampling must be a SamplingParams or a mapping of its fields, got {own!r}"
+            )
+        fields = {f.name for f in dataclasses.fields(SamplingParams)}
+        unknown = sorted(set(map(str, own)) - fields)
+        if unknown:
+            raise ValueError(f"unknown sampling keys {unknown}; use temperature, top_k and top_p")
+        return dataclasses.replace(self.config.sampling, **own)
+
+    def _values_problem(self, request: Request) -> str:
+        """Why ``request``'s own sampling, ``max_new_tokens`` or seed cannot run (``""``)."""
+        try:
+            params = self.sampling_of(request)
+        except (TypeError, ValueError) as err:
+            return f"sampling: {err}"
+        limit, own = self.config.max_new_tokens, request.max_new_tokens
+        if own is not None and not (is_int(own) and 1 <= own <= limit):
+            return (
+                f"max_new_tokens must be an int in 1 .. {limit} (the run's max_new_tokens, "
+                f"which sizes the caches), got {own!r}; lower it or raise the run's"
+            )
+        if request.seed is not None:
+            try:
+                check_seed(request.seed)
+            except (TypeError, ValueError) as err:
+                return str(err)
+        if params.greedy:
+            return ""
+        if self.config.verifier == "greedy":
+            return (
+                f"temperature {params.temperature}: verifier 'greedy' decodes at temperature 0 "
+                "only; send temperature 0 or run a token or block verifier"
+            )
+        if self.config.widths and self.config.verifier != "gumbel":
+            return (
+                f"temperature {params.temperature}: adaptive widths choose one draft width for "
+                "all rows, so a sampled request would depend on its neighbours; send temperature "
+                "0 or run fixed widths or verifier 'gumbel'"
+            )
+        if self.drafter is not None and self.drafter.greedy_only:
+            return (
+                f"temperature {params.temperature}: this drafter's fixed paths are exact at "
+                "temperature 0 only; send temperature 0 or run num_paths=1"
+            )
+        return ""
+
+    def _own_values(self, request: Request) -> bool:
+        """Whether ``request`` decodes with values other than the config's (a per-row run)."""
+        params, config = self.sampling_of(request), self.config.sampling
+        same = params == config or (params.greedy and config.greedy)
+        return not same or request.max_new_tokens not in (None, self.config.max_new_tokens)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -226,7 +302,7 @@ class ContinuousBatch:
         totals = Totals(self._tree()[1])
         waiting = collections.deque()
         for index, request in enumerate(requests):
-            why = request.error or self.problem(request.prompt)
+            why = self.problem(request)
             if why:
                 progress.finished += 1
                 progress.errors += 1
@@ -240,6 +316,8 @@ class ContinuousBatch:
         # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
         # in every step), without draining the rows that run.
         waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
+        rows = self.config.rows or any(self._own_values(r) for _, r in waiting)
+        self._config = dataclasses.replace(self.config, rows=rows)
         self._rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
         run = self._start(self._width(waiting[0][1]))
         b = self._rows
@@ -327,7 +405,7 @@ class ContinuousBatch:
             capacity=width + self.config.max_new_tokens + tree,
             buffer=width + self.config.max_new_tokens + l_len + 1,
         )
-        run = Run(self.target, self.drafter, batch, self.config, self.seed, self.mesh)
+        run = Run(self.target, self.drafter, batch, self._config, self.seed, self.mesh)
         run.width = width
         return run
 
@@ -354,12 +432,22 @@ class ContinuousBatch:
         prompts = np.zeros((count, width), np.int32)
         lengths = np.ones((count,), np.int32)
         words = np.zeros((count, 2), np.uint32)
+        seeds, seeded = np.zeros((count,), np.int32), np.zeros((count,), bool)
+        limits = np.full((count,), self.config.max_new_tokens, np.int32)
         for j, (_, request) in enumerate(taken):
             prompts[j, : len(request.prompt)] = request.prompt
             lengths[j] = len(request.prompt)
             words[j] = id_words(request.id)
+            if request.seed is not None:
+                seeds[j], seeded[j] = request.seed, True
+            if request.max_new_tokens is not None:
+                limits[j] = request.max_new_tokens
         slots = np.asarray(slots, np.int32)
         put = run.put_scalar
+        rows = ()  # the rows' own values, where the state carries them
+        if self._config.rows:
+            params = RowSampling.of([self.sampling_of(r) for _, r in taken])
+            rows = (jax.tree.map(put, params), put(limits))
         args = (
             run.target,
             run.drafter,
@@ -369,10 +457,13 @@ class ContinuousBatch:
             put(slots),
             put(words),
             put(np.asarray(self.seed, np.int32)),
+            put(seeds),
+            put(seeded),
+            *rows,
         )
         sizes = dict(capacity=run.batch.capacity, buffer=run.batch.buffer)
         start = time.perf_counter()
-        program = PROGRAMS.insert(args, sizes, self.config, self.mesh, run.draft_tp)
+        program = PROGRAMS.insert(args, sizes, self._config, self.mesh, run.draft_tp)
         compile_seconds = time.perf_counter() - start
         return program(*args), compile_seconds
 

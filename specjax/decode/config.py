@@ -37,6 +37,11 @@ class DecodeConfig:
         widths (temperature 0, or the ``gumbel`` verifier), else
         :func:`~specjax.decode.widths.guess_costs`, so that a seed fixes the sample
         (:mod:`specjax.decode.costs`).
+      rows: each row carries its own sampling and ``max_new_tokens`` in the state
+        (:attr:`~specjax.decode.state.DecodeState.sampling`; a continuous batch's per-request
+        values), ``sampling`` and ``max_new_tokens`` being the rows' defaults. The programs then
+        take the stochastic path whatever ``sampling`` says (:attr:`greedy` is False unless the
+        verifier is ``greedy``, whose rows are all at temperature 0).
 
     The fields from ``widths`` on are keyword-only. Whether draft paths were drawn with or
     without replacement is the drafter's ``replacement``, not a decoding knob.
@@ -50,6 +55,7 @@ class DecodeConfig:
     widths: tuple[int, ...] = ()
     width_policy: str | WidthPolicy = "auto"
     width_costs: tuple[float, ...] = ()
+    rows: bool = False
 
     def __post_init__(self):
         if not isinstance(self.verifier, str):
@@ -76,6 +82,8 @@ class DecodeConfig:
                 f"verifier 'greedy' decodes at temperature 0 only (got temperature "
                 f"{self.sampling.temperature}); set temperature=0 or use token or block"
             )
+        if not isinstance(self.rows, bool):
+            raise TypeError(f"rows must be True or False, got {self.rows!r}")
         policy_of(self.width_policy)  # raises, naming the known policies
         if self.widths and not self.speculative:
             raise ValueError("widths need a speculative verifier (not 'autoregressive')")
@@ -91,6 +99,12 @@ class DecodeConfig:
     def autoregressive(self) -> DecodeConfig:
         """The baseline of this config: the same sampling, lengths and stop tokens, no draft."""
         return dataclasses.replace(self, verifier=AUTOREGRESSIVE, widths=(), width_costs=())
+
+    @property
+    def greedy(self) -> bool:
+        """Whether every row decodes at temperature 0, known at compile time (the static
+        decisions: fast paths, measured width costs)."""
+        return self.sampling.greedy and (not self.rows or self.verifier == "greedy")
 
     @property
     def speculative(self) -> bool:

@@ -52,7 +52,7 @@ def reads_costs(config: DecodeConfig) -> bool:
 def may_measure(config: DecodeConfig) -> bool:
     """Whether costs may come from a clock: the policy reads them, none are given, and the
     output does not depend on the widths (temperature 0, or a coupled verifier: ``gumbel``)."""
-    invariant = config.sampling.greedy or config.verifier in verify.COUPLED_VERIFIERS
+    invariant = config.greedy or config.verifier in verify.COUPLED_VERIFIERS
     return reads_costs(config) and not config.width_costs and invariant
 
 

@@ -70,6 +70,11 @@ def generate(
       ValueError: for a combination no loop runs (e.g. SSD on a mesh), before any work.
     """
     check_config(config)
+    if config.rows and (isinstance(drafter, SSDDrafter) or draft_mesh is not None):
+        raise ValueError(
+            "per-row sampling (DecodeConfig.rows) runs on one device or one mesh: set "
+            "rows=False for SSD or a draft on its own devices"
+        )
     if isinstance(drafter, SSDDrafter):
         if mesh is not None or draft_mesh is not None:
             raise ValueError(

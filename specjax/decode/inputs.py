@@ -76,7 +76,7 @@ def check_paths(config: DecodeConfig, num_paths: int, fixed: bool) -> None:
             f"{num_paths} paths; set num_paths=1 or use specinfer, spectr or gbv"
         )
     if fixed:
-        if not config.sampling.greedy:
+        if not config.greedy:
             raise ValueError(
                 f"{num_paths} fixed draft paths (n-gram matches, top_paths) are not i.i.d. "
                 "draft samples: exact at temperature 0 only; set temperature=0 or num_paths=1"

@@ -24,11 +24,12 @@ from specjax.decode.step import (
     commit_tree,
     draft_keys,
     feature_layers,
+    laws_of,
     score_tree,
     split_keys,
     tree_laws,
 )
-from specjax.drafters.base import Drafter, draws_with_replacement
+from specjax.drafters.base import Drafter, draws_with_replacement, with_sampling
 from specjax.models.pure import PureModel
 from specjax.typing import Array
 
@@ -67,7 +68,8 @@ def observed_step(
     """
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     k_draft = draft_keys(state, config, k_draft)
-    draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
+    drafting = with_sampling(drafter, laws_of(state, config))
+    draft, draft_state = drafting.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     k_paths, l_len = draft.tokens.shape[1:]
     layers = feature_layers(drafter)
     logits, cache, hidden = score_tree(target, state, draft.tokens, layers)  # [B, T, V], ...
@@ -84,10 +86,12 @@ def observed_step(
     draft_state = drafter.commit(
         state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
+    params = laws_of(state, config)
+    target_probs = tree_laws(config, logits, k_paths, l_len, params)  # [B, K, L + 1, V]
     laws = StepLaws(
         tokens=draft.tokens,
         draft_probs=draft.probs,
-        target_probs=tree_laws(config, logits, k_paths, l_len),  # [B, K, L + 1, V]
+        target_probs=target_probs,
         tau=tau,
         path=path,
         active=~state.done,

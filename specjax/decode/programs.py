@@ -38,6 +38,7 @@ from specjax.decode.state import DecodeState
 from specjax.decode.step import autoregressive_step, init_state, speculative_step
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel
+from specjax.row_sampling import RowSampling
 
 
 def state_shardings(state: DecodeState, mesh: Mesh, draft_tp: bool) -> DecodeState:
@@ -112,9 +113,27 @@ def step(
 
 
 def prefill_program(
-    target, drafter, prompts, prompt_lengths, active, seed, *, capacity, buffer, widths=()
+    target,
+    drafter,
+    prompts,
+    prompt_lengths,
+    active,
+    seed,
+    *,
+    capacity,
+    buffer,
+    widths=(),
+    rows=None,
 ):
-    """Prompts -> the initial :class:`DecodeState` (padding rows start done)."""
+    """Prompts -> the initial :class:`DecodeState` (padding rows start done); ``rows``: the
+    rows' default ``(SamplingParams, max_new_tokens)`` in the state (``DecodeConfig.rows``), or
+    None for none."""
+    b = prompts.shape[0]
+    per_row = {}
+    if rows is not None:
+        per_row = dict(
+            rows=RowSampling.full(rows[0], b), max_new_tokens=jnp.full((b,), rows[1], jnp.int32)
+        )
     state = init_state(
         target,
         drafter,
@@ -124,6 +143,7 @@ def prefill_program(
         capacity=capacity,
         buffer=buffer,
         widths=widths,
+        **per_row,
     )
     return state.replace(done=~active)
 
@@ -255,7 +275,9 @@ class _Programs:
 
     @staticmethod
     def _compile(args, sizes, config, mesh, draft_tp):
-        prefill = functools.partial(prefill_program, **sizes, widths=config.widths)
+        prefill = functools.partial(
+            prefill_program, **sizes, widths=config.widths, rows=row_defaults(config)
+        )
         decode = functools.partial(decode_program, config=config, mesh=mesh, draft_tp=draft_tp)
         state = jax.eval_shape(prefill, *args)
         check_fits(state, mesh, state.tokens.shape[0], sizes["capacity"])
@@ -299,8 +321,8 @@ class _Programs:
 
     def insert(self, args, sizes: dict, config, mesh, draft_tp: bool):
         """The compiled :func:`~specjax.decode.slots.insert_program` for ``args = (target,
-        drafter, state, prompts, prompt_lengths, slots, words, seed)`` (the state donated),
-        kept like the generation programs."""
+        drafter, state, prompts, prompt_lengths, slots, words, seed, seeds, seeded[, rows,
+        limits])`` (the state donated), kept like the generation programs."""
         key = ("insert", signature(args), tuple(sorted(sizes.items())), config.widths, mesh)
         program, built = self.kept.get(key, lambda: _compile_insert(args, sizes, config, mesh))
         self.compiled += built
@@ -331,6 +353,12 @@ def _compile_grow(args, mesh):
         donate_argnums=(1,),
     )
     return jitted.lower(*args).compile()
+
+
+def row_defaults(config: DecodeConfig):
+    """``(sampling, max_new_tokens)`` the state carries per row where ``config.rows``, else
+    None."""
+    return (config.sampling, config.max_new_tokens) if config.rows else None
 
 
 def _compile_insert(args, sizes, config, mesh):

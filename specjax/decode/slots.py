@@ -10,7 +10,11 @@ into while the other rows keep decoding.
 * :func:`grow_program` moves a running state into one of a larger capacity, so that a job
   whose prompts are run shortest first pays for long prompts' cache slots only once they come.
 * :func:`request_keys`: a request's PRNG key depends only on the seed and its id, so its output
-  is the same whatever slot, batch size, order or resume point it runs in.
+  is the same whatever slot, batch size, order or resume point it runs in; a request with a seed
+  of its own takes the key :func:`~specjax.decode.generate` gives one prompt with that seed
+  (:func:`seeded_keys`), so it reproduces that generation.
+* Per-row values (``DecodeConfig.rows``: a request's sampling and ``max_new_tokens``) are traced
+  arrays scattered like every other row leaf: one insert program serves every value.
 
 The host loop that decides what to insert and when is :mod:`specjax.decode.batching`.
 """
@@ -27,6 +31,8 @@ import numpy as np
 
 from specjax.decode.state import DecodeState
 from specjax.decode.step import init_state
+from specjax.row_sampling import RowSampling
+from specjax.sampling import row_keys
 from specjax.typing import Array, PRNGKey
 
 REQUEST_STREAM = 0x5EC0DE
@@ -46,6 +52,13 @@ def request_keys(seed: Array, words: Array) -> PRNGKey:
     base = jax.random.fold_in(jax.random.key(seed), REQUEST_STREAM)
     one = lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1])
     return jax.vmap(one)(jnp.asarray(words, jnp.uint32))
+
+
+def seeded_keys(seeds: Array) -> PRNGKey:
+    """Keys ``[n]`` of requests with seeds of their own ``seeds [n]``: row 0's key of a
+    generation with that seed (:func:`~specjax.sampling.row_keys`), so that a seeded request
+    decodes as ``generate([prompt], config, seed=s)`` does."""
+    return jax.vmap(lambda s: row_keys(jax.random.key(s), 1)[0])(jnp.asarray(seeds, jnp.int32))
 
 
 def row_axes(make_state) -> Any:
@@ -91,6 +104,10 @@ def insert_program(
     slots: Array,
     words: Array,
     seed: Array,
+    seeds: Array,
+    seeded: Array,
+    rows: RowSampling | None = None,
+    limits: Array | None = None,
     *,
     capacity: int,
     buffer: int,
@@ -105,13 +122,18 @@ def insert_program(
       slots: int ``[n]`` where each goes (``B`` for padding entries, which are dropped).
       words: uint32 ``[n, 2]`` the requests' id hashes (:func:`id_words`).
       seed: the run's seed.
+      seeds: int32 ``[n]`` the requests' own seeds, read where ``seeded [n]`` (bool)
+        (:func:`seeded_keys`; the others' keys come from ``seed`` and ``words``).
+      rows: the requests' :class:`~specjax.row_sampling.RowSampling` ``[n]`` and ``limits``
+        their int32 ``[n]`` ``max_new_tokens``, where the state carries them
+        (``DecodeConfig.rows``); else None.
       capacity, buffer, widths: the sizes the state was built with.
 
     Returns:
       The state with those rows freshly prefilled (not done, counters at zero).
     """
 
-    def fresh(p, n, keys):
+    def fresh(p, n, keys, rows, limits):
         return init_state(
             target,
             drafter,
@@ -123,14 +145,18 @@ def insert_program(
             widths=widths,
             row_keys=keys,
             lazy_draft=False,  # a new row's catch-up would run the draft on every row
+            rows=rows,
+            max_new_tokens=limits,
         )
 
     def shaped(b):
         p = jnp.zeros((b, prompts.shape[1]), jnp.int32)
-        return fresh(p, jnp.ones((b,), jnp.int32), request_keys(seed, jnp.zeros((b, 2))))
+        per_row = jax.tree.map(lambda x: jnp.zeros((b,), x.dtype), (rows, limits))
+        return fresh(p, jnp.ones((b,), jnp.int32), seeded_keys(jnp.zeros((b,))), *per_row)
 
     axes = row_axes(shaped)
-    small = fresh(prompts, prompt_lengths, request_keys(seed, words))
+    keys = jnp.where(seeded, seeded_keys(seeds), request_keys(seed, words))
+    small = fresh(prompts, prompt_lengths, keys, rows, limits)
     return scatter_rows(state, small, slots, axes)
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.models.cache import KVCache
+from specjax.row_sampling import RowSampling
 from specjax.typing import Array, PRNGKey
 
 
@@ -37,6 +38,10 @@ class DecodeState:
       stats: the rows' :class:`StepStats`.
       control: the draft-width controller (:class:`~specjax.decode.widths.WidthControl`) when
         the step chooses its width (``DecodeConfig.widths``), else None.
+      sampling: each row's sampling (:class:`~specjax.row_sampling.RowSampling`, ``[B]``
+        each) where ``DecodeConfig.rows``, else None (the config's for every row).
+      max_new_tokens: int32 ``[B]`` each row's own limit (at most the config's, which sizes
+        the caches) where ``DecodeConfig.rows``, else None (the config's).
     """
 
     tokens: Array
@@ -49,6 +54,8 @@ class DecodeState:
     noise_keys: PRNGKey
     stats: StepStats
     control: Any = None
+    sampling: RowSampling | None = None
+    max_new_tokens: Array | None = None
 
     @property
     def batch(self) -> int:

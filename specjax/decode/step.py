@@ -24,10 +24,12 @@ from specjax.drafters.base import (
     catches_up,
     draws_with_replacement,
     feature_layers,
+    with_sampling,
 )
 from specjax.models.cache import KVCache
 from specjax.models.pure import PureModel, prefill
-from specjax.sampling import split_keys
+from specjax.row_sampling import RowSampling
+from specjax.sampling import SamplingParams, split_keys
 from specjax.typing import Array, PRNGKey
 
 
@@ -44,6 +46,8 @@ def init_state(
     widths: tuple[int, ...] = (),
     row_keys: PRNGKey | None = None,
     lazy_draft: bool = True,
+    rows: RowSampling | None = None,
+    max_new_tokens: Array | None = None,
 ) -> DecodeState:
     """Prefills target (and drafter) caches with every prompt token but the last.
 
@@ -63,6 +67,8 @@ def init_state(
         steps (``idle_catch_up``) reads the prompt at its first drafting step instead of here,
         so a generation that never drafts never runs the draft. False prefills it here (rows
         admitted into a running batch: a catch-up there would run on every row).
+      rows, max_new_tokens: the rows' own sampling and int ``[B]`` limits
+        (``DecodeConfig.rows``); None: the config's.
     """
     b, t = prompts.shape
     if drafter is not None:
@@ -97,6 +103,8 @@ def init_state(
         else width_control.init_control(
             b, draft_len, widths, jax.random.fold_in(key, CONTROL_STREAM)
         ),
+        sampling=None if rows is None else jax.tree.map(jnp.asarray, rows),
+        max_new_tokens=None if max_new_tokens is None else jnp.asarray(max_new_tokens, jnp.int32),
     )
 
 
@@ -107,11 +115,20 @@ NOISE_STREAM = 0x7FFFFFFE
 """``fold_in`` data of a row's noise key (:attr:`DecodeState.noise_keys`) from its row key."""
 
 
+def laws_of(state: DecodeState, config: DecodeConfig) -> SamplingParams | RowSampling:
+    """What the step's target and drafter process logits with: the rows' own sampling where
+    the state carries it (unless every row is known greedy: the static greedy path), else the
+    config's."""
+    if state.sampling is None or config.greedy:
+        return config.sampling
+    return state.sampling
+
+
 def commit_tokens(
     state: DecodeState, new: Array, count: Array, config: DecodeConfig
 ) -> tuple[Array, Array, Array]:
     """Appends ``new[b, :count[b]]`` (``new [B, M]``) to active rows, ending rows at a stop
-    token (kept) or at ``max_new_tokens``.
+    token (kept) or at ``max_new_tokens`` (the row's own where the state carries it).
 
     Returns:
       ``(tokens [B, U], lengths [B], done [B])``.
@@ -123,7 +140,8 @@ def commit_tokens(
     is_stop = jnp.isin(new, jnp.asarray(config.stop_tokens, jnp.int32)) & write
     has_stop = jnp.any(is_stop, axis=1)
     count = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-    limit = state.prompt_lengths + config.max_new_tokens
+    new_tokens = config.max_new_tokens if state.max_new_tokens is None else state.max_new_tokens
+    limit = state.prompt_lengths + new_tokens
     lengths = jnp.minimum(state.lengths + count, limit)
     done = state.done | (active & (has_stop | (lengths >= limit)))
     return tokens, jnp.where(active, lengths, state.lengths), done
@@ -153,7 +171,8 @@ def autoregressive_step(
     logits, cache, hidden = target_forward(
         target, last_tokens(state), features, cache=state.target_cache
     )  # [B, 1, V], _, [B, 1, A, D] or None
-    token = sampling.position_tokens(state.noise_keys, state.lengths, logits[:, 0], config.sampling)
+    params = laws_of(state, config)
+    token = sampling.position_tokens(state.noise_keys, state.lengths, logits[:, 0], params)
     active = ~state.done
     tokens, lengths, done = commit_tokens(state, token[:, None], jnp.ones_like(token), config)
     fault = ~finite_rows(logits)  # broken target weights: the row ends, the host raises
@@ -224,7 +243,13 @@ def tree_inputs(state: DecodeState, draft_tokens: Array) -> tuple[Array, Array, 
 
 
 def verify_tree(
-    config: DecodeConfig, keys: PRNGKey, draft: Draft, logits: Array, *, replacement: bool = True
+    config: DecodeConfig,
+    keys: PRNGKey,
+    draft: Draft,
+    logits: Array,
+    *,
+    replacement: bool = True,
+    params: SamplingParams | RowSampling | None = None,
 ):
     """Verifies a draft tree against the target's logits of :func:`tree_inputs`' feed.
 
@@ -234,6 +259,7 @@ def verify_tree(
       draft: the drafter's K paths of L tokens per row.
       logits: ``[B, T, V]`` the target's logits at the tree's nodes.
       replacement: the drafter's ``replacement`` (how its sibling paths were drawn).
+      params: the target's sampling (:func:`laws_of`); None: ``config.sampling``.
 
     Returns:
       ``(result, num_draft, overlap)``: the verifier's result per row (``num_accepted [B]``,
@@ -246,7 +272,7 @@ def verify_tree(
     # two (one jit), so the laws are checked once per step.
     bad = verify.common.invalid_laws(draft.probs)  # [B, K, L]
     num_draft = verify.common.cut_at(bad, cut_at_stop(draft, config.stop_tokens))  # [B, K]
-    target_probs = tree_laws(config, logits, *draft.tokens.shape[1:])  # [B, K, L + 1, V]
+    target_probs = tree_laws(config, logits, *draft.tokens.shape[1:], params)  # [B, K, L + 1, V]
     result = verify_rows(config, keys, draft, num_draft, target_probs, replacement=replacement)
     overlap = None
     if config.soft_verdicts and draft.tokens.shape[1] == 1:
@@ -258,11 +284,19 @@ def verify_tree(
     return result, num_draft, overlap
 
 
-def tree_laws(config: DecodeConfig, logits: Array, k_paths: int, l_len: int) -> Array:
-    """``target_probs [B, K, L + 1, V]``: the target's laws as sampled (``config.sampling``) at
-    the root and at every node of each of K paths of L, from the tree forward's ``logits
-    [B, T, V]`` (:func:`tree_inputs`' feed); what :func:`verify_tree` verifies against."""
-    probs = sampling.probs_from_logits(logits, config.sampling)  # [B, T, V]
+def tree_laws(
+    config: DecodeConfig,
+    logits: Array,
+    k_paths: int,
+    l_len: int,
+    params: SamplingParams | RowSampling | None = None,
+) -> Array:
+    """``target_probs [B, K, L + 1, V]``: the target's laws as sampled (``params``, default
+    ``config.sampling``) at the root and at every node of each of K paths of L, from the tree
+    forward's ``logits [B, T, V]`` (:func:`tree_inputs`' feed); what :func:`verify_tree`
+    verifies against."""
+    params = config.sampling if params is None else params
+    probs = sampling.probs_from_logits(logits, params)  # [B, T, V]
     return probs[:, jnp.asarray(tree.node_index(k_paths, l_len))]
 
 
@@ -270,7 +304,8 @@ def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, co
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     k_draft = draft_keys(state, config, k_draft)
-    draft, draft_state = drafter.propose(state.draft_state, k_draft, state.tokens, state.lengths)
+    drafting = with_sampling(drafter, laws_of(state, config))
+    draft, draft_state = drafting.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     layers = feature_layers(drafter)
     out = verify_and_commit(
         target,
@@ -383,8 +418,9 @@ def commit_tree(
     if config.verifier == "gumbel":  # the noise of the draft's and the bonus's positions
         positions = state.lengths[:, None] + jnp.arange(l_len + 1)[None, :]
         k_verify = verify.gumbel_noise(state.noise_keys, positions, logits.shape[-1])
+    params = laws_of(state, config)
     result, num_draft, overlap = verify_tree(
-        config, k_verify, draft, logits, replacement=replacement
+        config, k_verify, draft, logits, replacement=replacement, params=params
     )
     tau, path = result.num_accepted, result.path  # [B], [B]
 

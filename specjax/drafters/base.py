@@ -7,10 +7,12 @@ and ``commit`` (after verification, to keep only the accepted path in the drafte
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple, Protocol
 
 import jax.numpy as jnp
 
+from specjax.row_sampling import RowSampling
 from specjax.sampling import SamplingParams, is_int
 from specjax.typing import Array, PRNGKey
 
@@ -128,6 +130,17 @@ def feature_layers(drafter) -> tuple[int, ...]:
     return () if drafter is None else tuple(drafter.feature_layers)
 
 
+def with_sampling(drafter, params: SamplingParams | RowSampling):
+    """``drafter`` drawing with ``params`` where they are per row (a sampled drafter's
+    ``sampling`` replaced inside the step: the rows' values are traced); else unchanged (static
+    params: the drafter keeps its own; drafters without ``sampling`` propose fixed tokens)."""
+    if not isinstance(params, RowSampling):
+        return drafter
+    if not isinstance(getattr(drafter, "sampling", None), SamplingParams | RowSampling):
+        return drafter
+    return dataclasses.replace(drafter, sampling=params)
+
+
 def check_types(drafter, sampled: bool = True, **ints) -> None:
     """One clear ``TypeError`` unless ``ints`` (name -> value) are ints and, if ``sampled``,
     ``drafter.sampling`` is a :class:`~specjax.sampling.SamplingParams` (at construction, not
@@ -136,7 +149,7 @@ def check_types(drafter, sampled: bool = True, **ints) -> None:
         if not is_int(value):
             got = repr(value) if len(repr(value)) < 60 else f"a {type(value).__name__}"
             raise TypeError(f"{type(drafter).__name__}: {name} must be an int, got {got}")
-    if sampled and not isinstance(drafter.sampling, SamplingParams):
+    if sampled and not isinstance(drafter.sampling, SamplingParams | RowSampling):
         raise TypeError(
             f"{type(drafter).__name__}: sampling must be a SamplingParams (the target's), got "
             f"{drafter.sampling!r}"

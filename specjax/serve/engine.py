@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from specjax.decode.batch_counts import finished_rows
 from specjax.decode.batching import ContinuousBatch, Request, Slots
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
@@ -320,14 +321,21 @@ class Engine:
             self.metrics.finished(finished, counters.stats.histogram[j])
             if not ticket.cancelled:
                 ticket.send(finished)
-        for slot in full:
-            ticket = self._running.pop((lane, slot), None)
-            if ticket is None:
-                continue  # harvested above: it ended at its last id
+        full = [slot for slot in full if (lane, slot) in self._running]  # (not harvested)
+        counters = finished_rows(slots.state, full) if full else None
+        for j, slot in enumerate(full):
+            ticket = self._running.pop((lane, slot))
             slots.end(slot)
-            prompt = len(ticket.request.prompt)
-            finished = Finished("length", prompt, ticket.produced)
-            self.metrics.finished(finished, None)
+            stats = counters.stats
+            finished = Finished(
+                "length",
+                len(ticket.request.prompt),
+                ticket.produced,
+                int(stats.steps[j]),
+                int(stats.accepted[j]),
+                int(stats.proposed[j]),
+            )
+            self.metrics.finished(finished, stats.histogram[j])
             if not ticket.cancelled:
                 ticket.send(finished)
 

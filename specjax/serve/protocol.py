@@ -119,9 +119,16 @@ def parse(kind: type[BaseModel], raw: bytes) -> BaseModel:
         first = err.errors()[0]
         if first["type"] == "json_invalid":
             raise ApiError(400, f"the body is not valid JSON: {first['msg']}") from None
-        param = ".".join(str(p) for p in first["loc"]) or None
+        param = ".".join(str(p) for p in first["loc"] if not _type_tag(p)) or None
         where = f"{param}: " if param else ""
         raise ApiError(400, f"{where}{first['msg']}", param=param) from None
+
+
+def _type_tag(part) -> bool:
+    """Whether a location part names a union member's type (``str``, ``list[int]``), not a key."""
+    return isinstance(part, str) and (
+        "[" in part or part in ("str", "int", "float", "bool") or part[:1].isupper()
+    )
 
 
 def new_id(prefix: str) -> str:

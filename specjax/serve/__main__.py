@@ -17,7 +17,7 @@ from ml_collections.config_flags import config_flags
 
 from specjax.cli.app import ERRORS, error_line
 from specjax.config_files import loaded_config, parse_flags
-from specjax.serve.config import with_serve_keys
+from specjax.serve.config import serve_config, with_serve_keys
 
 
 class _ServeConfigParser(config_flags.ConfigFileFlagParser):
@@ -48,9 +48,10 @@ def main(argv):
     cfg = loaded_config(_CONFIG, "configs/tiny_random.py")
     logging.set_verbosity(logging.WARNING)
     std_logging.basicConfig(level=std_logging.INFO, format="%(message)s", stream=sys.stderr)
-    from specjax.serve.launch import build_server
-
     try:
+        serve_config(cfg)  # (a bad serve key fails before JAX loads)
+        from specjax.serve.launch import build_server
+
         server, engine = build_server(cfg)
     except ERRORS as err:
         sys.exit(error_line(err))

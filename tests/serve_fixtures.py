@@ -12,12 +12,22 @@ CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_e
 
 
 def tiny_config(**overrides):
-    """``configs/tiny_random.py`` with the serve keys for a test server (any free port)."""
+    """``configs/tiny_random.py`` with the serve keys for a test server (any free port).
+
+    Its shapes are few, so a server compiles once: two slots (inserts of 1 and 2 rows), one
+    prompt bucket, 32 new tokens at most."""
     from specjax.serve import with_serve_keys
 
     cfg = with_serve_keys(load_config("configs/tiny_random.py"))
     values = dict(
-        port=0, slots=4, chunk=4, max_new_tokens=200, widths="fixed", temperature=0.0, seed=3
+        port=0,
+        slots=2,
+        chunk=4,
+        max_new_tokens=32,
+        prompt_buckets="128",
+        widths="fixed",
+        temperature=0.0,
+        seed=3,
     )
     values.update(overrides)
     for key, value in values.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import threading
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
-from specjax.decode import generate  # noqa: E402
+from specjax.decode.batching import ContinuousBatch, Request  # noqa: E402
 from specjax.serve import build_server  # noqa: E402
 from tests.serve_fixtures import add_chat_template, call, sse_events, tiny_config  # noqa: E402
 
@@ -46,12 +47,25 @@ def _client(server, key="none"):
     return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=key, max_retries=0)
 
 
-def _offline(cfg, prompt_ids):
-    """What ``generate`` decodes for one prompt with the server's models and config."""
+def _offline(cfg, prompts):
+    """What offline continuous batching decodes for ``prompts`` with the server's models, config
+    and shapes (its programs are the server's: nothing compiles again)."""
+    from specjax.cli import validate
     from specjax.cli.decode import build
 
     target, tokenizer, drafter, config = build(cfg)
-    return tokenizer, generate(target, [prompt_ids], config, drafter, seed=cfg.seed).tokens[0]
+    batch = ContinuousBatch(
+        target,
+        drafter,
+        config,
+        slots=cfg.slots,
+        seed=cfg.seed,
+        buckets=validate.shape_buckets(cfg),
+        chunk=cfg.chunk,
+    )
+    requests = [Request(i, ids) for i, ids in enumerate(prompts)]
+    done = sorted(batch.run(requests), key=lambda c: c.index)
+    return tokenizer, [c.token_ids for c in done]
 
 
 def test_models_health_and_metrics(greedy):
@@ -75,12 +89,16 @@ def test_models_health_and_metrics(greedy):
         assert name in text, name
 
 
-def test_greedy_output_is_generate_output_cut_at_max_tokens(greedy):
-    server, _, cfg = greedy
-    answer = _client(server).completions.create(model=MODEL, prompt="Hello", max_tokens=24)
-    tokenizer, ids = _offline(cfg, [72, 101, 108, 108, 111])
+def test_greedy_output_is_offline_output_cut_at_max_tokens(greedy):
+    server, engine, cfg = greedy
+    client = _client(server)
+    answer = client.completions.create(model=MODEL, prompt="Hello", max_tokens=24)
+    whole = client.completions.create(model=MODEL, prompt="Hi there").choices[0]
+    tokenizer, (ids, other) = _offline(cfg, [list(b"Hello"), list(b"Hi there")])
     assert answer.choices[0].text == tokenizer.decode(ids[:24])
     assert answer.choices[0].finish_reason == "length"
+    shown = [t for t in other if t not in engine.config.stop_tokens]
+    assert whole.text == tokenizer.decode(shown)  # (ended by its row, not by max_tokens)
     usage = answer.usage
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (5, 24, 29)
     assert usage.model_extra["num_target_forwards"] >= 1
@@ -118,22 +136,33 @@ def test_raw_stream_ends_with_done(greedy):
     assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
 
 
-def test_stop_string_cuts_the_text_exactly(greedy):
+def test_stop_string_cuts_the_text_exactly_and_keeps_the_counts(greedy):
     server, _, _ = greedy
     client = _client(server)
-    full = client.completions.create(model=MODEL, prompt="stop", max_tokens=40).choices[0].text
+    full = client.completions.create(model=MODEL, prompt="stop", max_tokens=32).choices[0].text
     k = next(
         i
-        for i in range(5, 30)
+        for i in range(5, 24)
         if "\ufffd" not in full[i : i + 2] and full.find(full[i : i + 2]) == i
     )
     stop = full[k : k + 2]
-    cut = client.completions.create(model=MODEL, prompt="stop", max_tokens=40, stop=[stop])
+    cut = client.completions.create(model=MODEL, prompt="stop", max_tokens=32, stop=[stop])
     assert cut.choices[0].text == full[:k] and cut.choices[0].finish_reason == "stop"
-    chunks = client.completions.create(
-        model=MODEL, prompt="stop", max_tokens=40, stop=stop, stream=True
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="stop",
+            max_tokens=32,
+            stop=stop,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
     )
-    assert "".join(c.choices[0].text for c in chunks) == full[:k]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == full[:k]
+    for usage in (cut.usage, chunks[-1].usage):  # the row's counts, read before it ended
+        assert usage.model_extra["num_target_forwards"] >= 1, usage
+        assert usage.model_extra["num_draft_tokens"] >= usage.model_extra["num_target_forwards"]
+        assert 0 < usage.completion_tokens <= 32
 
 
 def test_speculation_off_for_one_request_gives_the_same_greedy_text(greedy):
@@ -247,8 +276,23 @@ def test_bad_chat_requests_size_and_key(sampled):
     connection.close()
 
 
-def test_a_dropped_stream_frees_its_slot(greedy):
-    server, engine, _ = greedy
+def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
+    from specjax.serve import engine as engine_module
+
+    gate, chunks = threading.Event(), []
+
+    class Gated(engine_module.Slots):
+        """Decodes one chunk (the first ids), then waits until the client has left: 32 new
+        tokens take more than one chunk (4 steps of at most L + 1 = 5 tokens)."""
+
+        def step(self, waiting):
+            if chunks:
+                gate.wait(30)
+            chunks.append(waiting)
+            super().step(waiting)
+
+    monkeypatch.setattr(engine_module, "Slots", Gated)
+    server, engine, _ = _start()
 
     def cancelled():
         text = call(server.port, "/metrics")[2]
@@ -259,21 +303,29 @@ def test_a_dropped_stream_frees_its_slot(greedy):
         ]
         return float(line[0].split()[-1]) if line else 0.0
 
-    before = cancelled()
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    body = json.dumps(dict(model=MODEL, prompt="drop", max_tokens=200, stream=True))
-    connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    assert response.status == 200
-    assert response.readline().startswith(b"data: ")  # the first event came
-    connection.sock.close()
-    connection.close()
-    deadline = time.monotonic() + 30
-    while (engine.in_flight or cancelled() == before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert engine.in_flight == 0 and cancelled() == before + 1
-    ok = _client(server).completions.create(model=MODEL, prompt="after", max_tokens=4)
-    assert ok.usage.completion_tokens == 4
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        body = json.dumps(dict(model=MODEL, prompt="drop", stream=True))
+        connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200
+        assert response.readline().startswith(b"data: ")  # the first event came
+        connection.sock.close()
+        connection.close()
+        deadline = time.monotonic() + 30
+        while cancelled() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.in_flight == 1  # (still running: the client left first)
+        gate.set()
+        while engine.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.in_flight == 0 and cancelled() == 1
+        ok = _client(server).completions.create(model=MODEL, prompt="after", max_tokens=4)
+        assert ok.usage.completion_tokens == 4
+    finally:
+        gate.set()
+        server.drain()
+        server.join(30)
 
 
 def test_a_full_queue_gets_429_with_retry_after(greedy):

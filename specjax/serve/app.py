@@ -5,6 +5,7 @@ server-sent events or not, plus ``/health`` and ``/metrics``. Every request is c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 
@@ -132,10 +133,10 @@ def create_app(engine: Engine, tokenizer, serve: ServeConfig) -> FastAPI:
                 raise ApiError(event.status, event.message)
             if isinstance(event, Tokens):
                 parts.append(text.push(event.ids))
-                if text.stopped:
-                    engine.cancel(ticket)
-                    event = Finished("stop", len(ids), len(text.ids))
+                if text.stopped and not ticket.ending:
+                    engine.end_early(ticket)  # (its Finished, with the counts, comes next)
             if isinstance(event, Finished):
+                event = _stopped(event, text)
                 parts.append(text.finish())
                 metrics.requests.labels(outcome=event.finish_reason).inc()
                 return reply.whole("".join(parts), event)
@@ -160,10 +161,10 @@ async def _events(engine, ticket, events, text, reply, include_usage, metrics):
                 delta = text.push(event.ids)
                 if delta:
                     yield reply.sse(reply.chunk(delta))
-                if text.stopped:
-                    engine.cancel(ticket)
-                    event = Finished("stop", len(ticket.request.prompt), len(text.ids))
+                if text.stopped and not ticket.ending:
+                    engine.end_early(ticket)
             if isinstance(event, Finished):
+                event = _stopped(event, text)
                 done = True
                 metrics.requests.labels(outcome=event.finish_reason).inc()
                 rest = text.finish()
@@ -175,6 +176,14 @@ async def _events(engine, ticket, events, text, reply, include_usage, metrics):
         if not done:  # the client left (the task was cancelled) or the loop ended
             engine.cancel(ticket)
             metrics.requests.labels(outcome="cancelled").inc()
+
+
+def _stopped(finished: Finished, text: TextStream) -> Finished:
+    """``finished`` as the client saw it: a request cut by a stop string ended there (its ids
+    up to the stop string's; the counts are its row's)."""
+    if not text.stopped:
+        return finished
+    return dataclasses.replace(finished, finish_reason="stop", completion_tokens=len(text.ids))
 
 
 class _Reply:

@@ -89,6 +89,7 @@ class Ticket:
     def __init__(self, request: EngineRequest, sink: Callable[[Any], None]):
         self.request, self.sink = request, sink
         self.cancelled = False
+        self.ending = False  # a stop string matched: end the row, then send its counts
         self.produced = 0  # ids generated so far (stop tokens included)
         self.submitted = time.perf_counter()
         self.last: float | None = None  # when ids last came
@@ -171,6 +172,13 @@ class Engine:
         freed at the next chunk; no more events are sent."""
         with self._cond:
             ticket.cancelled = True
+            self._cond.notify()
+
+    def end_early(self, ticket: Ticket) -> None:
+        """Ends ``ticket``'s request before its row is done (a stop string matched): the row
+        is freed at the next chunk and one :class:`Finished` with its counts is sent."""
+        with self._cond:
+            ticket.ending = True
             self._cond.notify()
 
     def stop(self) -> None:
@@ -278,10 +286,37 @@ class Engine:
         return taken
 
     def _end_cancelled(self, lane: bool, slots: Slots) -> None:
-        for (k, slot), ticket in list(self._running.items()):
-            if k == lane and ticket.cancelled:
+        ended = [
+            (slot, ticket)
+            for (k, slot), ticket in self._running.items()
+            if k == lane and (ticket.cancelled or ticket.ending)
+        ]
+        # (counters read before the rows end: a stopped request's usage keeps its counts)
+        self._finish(lane, slots, [s for s, t in ended if not t.cancelled], "stop")
+        for slot, ticket in ended:
+            if ticket.cancelled:
                 slots.end(slot)
-                del self._running[k, slot]
+                del self._running[lane, slot]
+
+    def _finish(self, lane: bool, slots: Slots, rows: list[int], reason: str) -> None:
+        """Ends running ``rows`` early, sending each request its :class:`Finished` and
+        counts."""
+        counters = finished_rows(slots.state, rows) if rows else None
+        for j, slot in enumerate(rows):
+            ticket = self._running.pop((lane, slot))
+            slots.end(slot)
+            stats = counters.stats
+            finished = Finished(
+                reason,
+                len(ticket.request.prompt),
+                ticket.produced,
+                int(stats.steps[j]),
+                int(stats.accepted[j]),
+                int(stats.proposed[j]),
+            )
+            self.metrics.finished(finished, stats.histogram[j])
+            if not ticket.cancelled:
+                ticket.send(finished)
 
     def _deliver(self, lane: bool, slots: Slots) -> None:
         """Sends each running request its new ids; ends the finished and full ones."""
@@ -322,22 +357,7 @@ class Engine:
             if not ticket.cancelled:
                 ticket.send(finished)
         full = [slot for slot in full if (lane, slot) in self._running]  # (not harvested)
-        counters = finished_rows(slots.state, full) if full else None
-        for j, slot in enumerate(full):
-            ticket = self._running.pop((lane, slot))
-            slots.end(slot)
-            stats = counters.stats
-            finished = Finished(
-                "length",
-                len(ticket.request.prompt),
-                ticket.produced,
-                int(stats.steps[j]),
-                int(stats.accepted[j]),
-                int(stats.proposed[j]),
-            )
-            self.metrics.finished(finished, stats.histogram[j])
-            if not ticket.cancelled:
-                ticket.send(finished)
+        self._finish(lane, slots, full, "length")
 
     def _slot_of(self, lane: bool, ticket: Ticket) -> int:
         return next(s for (k, s), t in self._running.items() if k == lane and t is ticket)

@@ -14,8 +14,8 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
+from specjax.cli.serve import build_server  # noqa: E402
 from specjax.decode.batching import ContinuousBatch, Request  # noqa: E402
-from specjax.serve import build_server  # noqa: E402
 from tests.serve_fixtures import add_chat_template, call, sse_events, tiny_config  # noqa: E402
 
 MODEL = "random:0"

@@ -87,8 +87,8 @@ def test_a_bad_serve_key_is_one_error_line():
 
 
 def test_a_mesh_is_refused_before_any_model_loads():
+    from specjax.cli.serve import build_server
     from specjax.config_files import load_config
-    from specjax.serve import build_server
 
     cfg = load_config(ROOT / "configs/tiny_random.py")
     with cfg.unlocked():

@@ -1,20 +1,18 @@
 """An OpenAI-compatible HTTP server over continuous batching (``python -m specjax.serve``).
 
-``serve_app(cfg)`` builds everything from a decode config with the serve keys; the parts:
-:class:`Engine` (the thread that owns the models), :func:`create_app` (the routes),
-:class:`Server` (uvicorn with a drain), :class:`ServeConfig` (where and how).
+The parts: :class:`Engine` (the thread that owns the models), :func:`create_app` (the routes),
+:class:`Server` (uvicorn with a drain), :class:`ServeConfig` (where and how);
+:func:`specjax.cli.serve.build_server` builds them from a decode config with the serve keys.
 """
 
 from specjax.serve.config import SERVE_KEYS, ServeConfig, serve_config, with_serve_keys
 from specjax.serve.engine import Engine, EngineRequest
-from specjax.serve.launch import build_server
 
 __all__ = [
     "SERVE_KEYS",
     "Engine",
     "EngineRequest",
     "ServeConfig",
-    "build_server",
     "serve_config",
     "with_serve_keys",
 ]

@@ -50,7 +50,7 @@ def main(argv):
     std_logging.basicConfig(level=std_logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         serve_config(cfg)  # (a bad serve key fails before JAX loads)
-        from specjax.serve.launch import build_server
+        from specjax.cli.serve import build_server
 
         server, engine = build_server(cfg)
     except ERRORS as err:

@@ -1,5 +1,6 @@
-"""From a config record to a ready server: models loaded as ``python -m specjax.decode`` loads
-them, the engine started, the app and its HTTP server built."""
+"""From a config record to a ready server (what ``python -m specjax.serve`` runs): models loaded
+as ``python -m specjax.decode`` loads them, the engine started, the app and its HTTP server
+built. It lives with the applications: :mod:`specjax.serve` itself knows nothing of configs."""
 
 from __future__ import annotations
 

@@ -279,16 +279,14 @@ def test_bad_chat_requests_size_and_key(sampled):
 def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
     from specjax.serve import engine as engine_module
 
-    gate, chunks = threading.Event(), []
+    gate = threading.Event()
 
     class Gated(engine_module.Slots):
-        """Decodes one chunk (the first ids), then waits until the client has left: 32 new
-        tokens take more than one chunk (4 steps of at most L + 1 = 5 tokens)."""
+        """Decodes nothing until the client has left (a chat stream's first event, the role,
+        comes before any decoding)."""
 
         def step(self, waiting):
-            if chunks:
-                gate.wait(30)
-            chunks.append(waiting)
+            gate.wait(30)
             super().step(waiting)
 
     monkeypatch.setattr(engine_module, "Slots", Gated)
@@ -305,11 +303,13 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
 
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-        body = json.dumps(dict(model=MODEL, prompt="drop", stream=True))
-        connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        messages = [{"role": "user", "content": "drop"}]
+        body = json.dumps(dict(model=MODEL, messages=messages, stream=True))
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/v1/chat/completions", body, headers)
         response = connection.getresponse()
         assert response.status == 200
-        assert response.readline().startswith(b"data: ")  # the first event came
+        assert response.readline().startswith(b"data: ")  # the first event (the role) came
         connection.sock.close()
         connection.close()
         deadline = time.monotonic() + 30

@@ -3,7 +3,8 @@
 Its loop admits waiting requests into free slots between decode chunks (the prompt buckets and
 insert programs of :class:`~specjax.decode.batching.ContinuousBatch`, driven through its
 :class:`~specjax.decode.batching.Slots`), decodes a chunk, hands each request's newly committed
-ids to its sink, and frees finished, cancelled and ``max_tokens``-long rows. Requests with
+ids to its sink, and frees finished, cancelled, ``max_tokens``-long and stop-string-ended rows
+(the last two with their counts, read before the row ends). Requests with
 ``speculative=False`` run in a second set of slots without a draft (compiled on first use).
 A sink is called on the engine thread: it must only hand the event over (an asyncio consumer
 uses ``loop.call_soon_threadsafe``).

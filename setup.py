@@ -39,7 +39,14 @@ setup(
             "matplotlib>=3.8",
             # tests/test_chat_template.py renders chat templates through jinja2 too.
             "jinja2>=3.1",
+            # tests/test_serve*.py: the server, and the openai client that talks to it.
+            "fastapi>=0.115",
+            "uvicorn>=0.30",
+            "openai>=1.40",
+            "prometheus_client>=0.20",
         ],
+        # python -m specjax.serve: the OpenAI-compatible server (docs/serving.md).
+        "serve": ["fastapi>=0.115", "uvicorn>=0.30", "prometheus_client>=0.20"],
         # Running the colab/ notebooks locally (python colab/build.py, or jupyter).
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "matplotlib>=3.8"],
         # Parity tests against transformers (tests/test_peer_parity.py) and the PyTorch columns

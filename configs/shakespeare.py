@@ -67,7 +67,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.compare_autoregressive = False  # also decode autoregressively: speedup, greedy check
     c.metrics_json = ""  # write metrics + generated ids here (atomically)
     c.output = ""  # write the generated texts here (atomically)
-    # Compilation (see README "Compiling once").
+    # Compilation (see docs/usage.md "Compiling once").
     c.prompt_buckets = "64,128,256,512,1024,2048,4096"  # prompts padded up to these lengths
     c.batch_buckets = "1,2,4,8,16,32,64,128"  # batches padded up to these sizes ("" = exact)
     # auto ($SPECJAX_COMPILATION_CACHE, else <$SPECJAX_CACHE or ~/.cache/specjax>/xla) | off | a dir

@@ -44,7 +44,7 @@ import jax
 import numpy as np
 
 from specjax import sharding
-from specjax.decode.batch_counts import Progress, Totals, finished_rows
+from specjax.decode.batch_counts import FinishedRows, Progress, Totals, finished_rows
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.config import DecodeConfig
 from specjax.decode.inputs import (
@@ -58,7 +58,7 @@ from specjax.decode.inputs import (
 from specjax.decode.loop import Run
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
-from specjax.decode.slots import id_words
+from specjax.decode.slots import end_row, id_words
 from specjax.decode.state import DecodeState, check_target
 from specjax.models.pure import PureModel, as_pure
 from specjax.row_sampling import RowSampling
@@ -174,7 +174,6 @@ class ContinuousBatch:
         multiple = 1 if mesh is None else sharding.axis_size(mesh, "data")
         self.slots = -(-slots // multiple) * multiple
         self._multiple = multiple
-        self._rows = self.slots  # this run's rows: the slots, or fewer when fewer requests run
         self.seed, self.chunk, self.refill = seed, chunk, refill
         self.metrics: Metrics | None = None
         self.progress: Progress | None = None
@@ -316,60 +315,14 @@ class ContinuousBatch:
         # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
         # in every step), without draining the rows that run.
         waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
-        rows = self.config.rows or any(self._own_values(r) for _, r in waiting)
-        self._config = dataclasses.replace(self.config, rows=rows)
-        self._rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
-        run = self._start(self._width(waiting[0][1]))
-        b = self._rows
-        compile_seconds = before = run.compile_seconds  # (compiling after start is not timed)
-        start = time.perf_counter()
-        state = run.start()
-        holder: list[tuple[int, Request] | None] = [None] * b
-        calibrated = False
-        while waiting or any(h is not None for h in holder):
-            free = [i for i in range(b) if holder[i] is None]
-            while waiting and free:  # in bucket-sized groups: no prefill of padding rows
-                need = self._width(waiting[0][1])
-                if need > run.width:
-                    progress.slot_steps += run.take_steps() * b
-                    run, state, seconds = self._grow(run, state, need)
-                    compile_seconds, calibrated = compile_seconds + seconds, False
-                fits = 0  # the waiting prompts this run's slots hold (sorted: a prefix)
-                for _, request in itertools.islice(waiting, len(free)):
-                    fits += self._width(request) <= run.width
-                group = self._group(fits)
-                taken = [waiting.popleft() for _ in range(group)]
-                state, seconds = self._insert(run, state, taken, free[:group])
-                compile_seconds += seconds
-                for (index, request), slot in zip(taken, free, strict=False):
-                    holder[slot] = (index, request)
-                free = free[group:]
-            if not calibrated:  # adaptive widths: costs measured once per program
-                state, calibrated = run.calibrate(state), True
-            busy = sum(h is not None for h in holder)
-            until = b if not waiting else min(b, b - busy + self.refill)
-            state = run.decode(state, self.chunk, until_done=until)
-            done = jax.device_get(state.done)
-            progress.slot_steps += run.take_steps() * b
-            finished = [i for i in range(b) if holder[i] is not None and done[i]]
-            counters = finished_rows(state, finished) if finished else None
-            if counters is not None:
-                check_target(counters.stats)  # a broken target ends the run, no garbage out
-            for j, slot in enumerate(finished):
-                index, request = holder[slot]
-                holder[slot] = None
-                ids, stats = counters.generated(j), counters.stats
-                stopped = bool(ids) and ids[-1] in self.config.stop_tokens
-                completion = Completion(
-                    request.id,
-                    index,
-                    ids,
-                    "stop" if stopped else "length",
-                    len(request.prompt),
-                    int(stats.steps[j]),
-                    int(stats.accepted[j]),
-                    int(stats.proposed[j]),
-                )
+        per_row = self.config.rows or any(self._own_values(r) for _, r in waiting)
+        self._config = dataclasses.replace(self.config, rows=per_row)
+        rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
+        slots = Slots(self, self._width(waiting[0][1]), rows)
+        while waiting or slots.busy:
+            slots.admit(waiting)
+            slots.step(bool(waiting))
+            for _, completion, counters, j in slots.harvest():
                 totals.add(counters, j)
                 progress.finished += 1
                 progress.generated += len(completion.token_ids)
@@ -377,14 +330,16 @@ class ContinuousBatch:
                 progress.proposed += completion.proposed_tokens
                 progress.row_steps += completion.target_forwards
                 yield completion
-            progress.seconds = time.perf_counter() - start - (compile_seconds - before)
+            progress.slot_steps = slots.slot_steps
+            progress.seconds = slots.seconds
             if on_chunk is not None:
                 on_chunk(progress)
-        seconds = time.perf_counter() - start - (compile_seconds - before)
-        progress.seconds = seconds
-        totals.forwards = progress.slot_steps // b
+        progress.seconds = seconds = slots.seconds
+        totals.forwards = progress.slot_steps // slots.rows
+        state = slots.state
         widths = jax.device_get(state.control.steps) if state.control is not None else None
-        self.metrics = totals.metrics(Timing(seconds, compile_seconds), self.config.widths, widths)
+        timing = Timing(seconds, slots.compile_seconds)
+        self.metrics = totals.metrics(timing, self.config.widths, widths)
 
     def _width(self, request: Request) -> int:
         """The prompt bucket of ``request``: the prompt width of a run that can hold it."""
@@ -392,11 +347,10 @@ class ContinuousBatch:
         limit = self._limit() - self.config.max_new_tokens - tree
         return self.buckets.prompt_length(len(request.prompt), limit)
 
-    def _start(self, width: int) -> Run:
-        """Empty slots and their programs for prompts of up to ``width`` tokens (``run.width``:
-        S is ``width + max_new_tokens`` plus the draft tree)."""
+    def _start(self, width: int, b: int) -> Run:
+        """``b`` empty slots and their programs for prompts of up to ``width`` tokens
+        (``run.width``: S is ``width + max_new_tokens`` plus the draft tree)."""
         tree, l_len = self._tree()
-        b = self._rows
         batch = PreparedBatch(
             prompts=np.zeros((b, 1), np.int32),
             lengths=np.ones((b,), np.int32),
@@ -412,7 +366,7 @@ class ContinuousBatch:
     def _grow(self, run: Run, state: DecodeState, width: int) -> tuple[Run, DecodeState, float]:
         """The rows of ``state`` moved to new slots for prompts of ``width`` tokens; returns the
         new run, its state and the seconds spent compiling."""
-        bigger = self._start(width)
+        bigger = self._start(width, state.batch)
         start = time.perf_counter()
         args = (state, bigger.start())
         program = PROGRAMS.grow(args, self.mesh)
@@ -466,6 +420,130 @@ class ContinuousBatch:
         program = PROGRAMS.insert(args, sizes, self._config, self.mesh, run.draft_tp)
         compile_seconds = time.perf_counter() - start
         return program(*args), compile_seconds
+
+
+class Slots:
+    """The live rows of a :class:`ContinuousBatch`: requests inserted into free slots
+    (:meth:`admit`), decoded a chunk at a time (:meth:`step`), finished rows harvested
+    (:meth:`harvest`). :meth:`ContinuousBatch.run` drives it over a fixed list of requests; a
+    server over a live queue, reading each row's new ids (:meth:`new_tokens`) and ending
+    cancelled rows (:meth:`end`).
+
+    Args:
+      batch: the :class:`ContinuousBatch` (models, config, sizes).
+      width: the prompt bucket to start with (the slots grow when a wider prompt comes).
+      rows: B (default ``batch.slots``).
+    """
+
+    def __init__(self, batch: ContinuousBatch, width: int, rows: int | None = None):
+        self.batch = batch
+        self.rows = batch.slots if rows is None else rows
+        self.run = batch._start(width, self.rows)
+        # (compiling after the start is not timed)
+        self.compile_seconds = self._before = self.run.compile_seconds
+        self._start = time.perf_counter()
+        self.state = self.run.start()
+        self.holder: list[tuple[Any, Request] | None] = [None] * self.rows  # (entry, request)
+        self.seen = np.zeros(self.rows, np.int64)  # per row: committed ids already read
+        self.slot_steps = 0  # all row-steps so far
+        self._calibrated = False
+
+    @property
+    def busy(self) -> int:
+        """Slots holding a request."""
+        return sum(h is not None for h in self.holder)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time since the start, compilation excluded."""
+        return time.perf_counter() - self._start - (self.compile_seconds - self._before)
+
+    def admit(self, waiting: collections.deque) -> list[int]:
+        """Inserts requests from the front of ``waiting`` (``(entry, Request)`` pairs, popped)
+        into the free slots, growing the slots first when the next prompt needs a larger
+        bucket; returns the slots filled."""
+        batch, b = self.batch, self.rows
+        free = [i for i in range(b) if self.holder[i] is None]
+        filled = []
+        while waiting and free:  # in bucket-sized groups: no prefill of padding rows
+            need = batch._width(waiting[0][1])
+            if need > self.run.width:
+                self.slot_steps += self.run.take_steps() * b
+                self.run, self.state, seconds = batch._grow(self.run, self.state, need)
+                self.compile_seconds, self._calibrated = self.compile_seconds + seconds, False
+            fits = 0  # the waiting prompts these slots hold (a prefix: the queue keeps order)
+            for _, request in itertools.islice(waiting, len(free)):
+                if batch._width(request) > self.run.width:
+                    break
+                fits += 1
+            group = batch._group(fits)
+            taken = [waiting.popleft() for _ in range(group)]
+            self.state, seconds = batch._insert(self.run, self.state, taken, free[:group])
+            self.compile_seconds += seconds
+            for entry, slot in zip(taken, free, strict=False):
+                self.holder[slot] = entry
+                self.seen[slot] = len(entry[1].prompt)
+            filled += free[:group]
+            free = free[group:]
+        return filled
+
+    def step(self, waiting: bool) -> None:
+        """Decodes one chunk: until ``refill`` more rows are done while requests are
+        ``waiting``, else until all are, at most ``chunk`` steps."""
+        if not self._calibrated:  # adaptive widths: costs measured once per program
+            self.state, self._calibrated = self.run.calibrate(self.state), True
+        b, busy = self.rows, self.busy
+        until = b if not waiting else min(b, b - busy + self.batch.refill)
+        self.state = self.run.decode(self.state, self.batch.chunk, until_done=until)
+
+    def new_tokens(self) -> dict[int, list[int]]:
+        """Each busy slot's ids committed since the last call (checked first: no garbage is
+        read), by slot; the tokens are read only when some row moved."""
+        lengths, stats = jax.device_get((self.state.lengths, self.state.stats))
+        busy = [i for i in range(self.rows) if self.holder[i] is not None]
+        check_target(stats, busy)
+        moved = [i for i in busy if lengths[i] > self.seen[i]]
+        if not moved:
+            return {}
+        tokens = jax.device_get(self.state.tokens)
+        new = {i: tokens[i, self.seen[i] : lengths[i]].tolist() for i in moved}
+        self.seen[moved] = lengths[moved]
+        return new
+
+    def harvest(self) -> list[tuple[Any, Completion, FinishedRows, int]]:
+        """The finished rows, freed: ``(entry, completion, counters, j)`` each (``counters``:
+        the finished rows read off the device, row ``j`` of them this one)."""
+        done = jax.device_get(self.state.done)
+        self.slot_steps += self.run.take_steps() * self.rows
+        finished = [i for i in range(self.rows) if self.holder[i] is not None and done[i]]
+        if not finished:
+            return []
+        counters = finished_rows(self.state, finished)
+        check_target(counters.stats)  # a broken target ends the run, no garbage out
+        out = []
+        stats, stop_tokens = counters.stats, self.batch.config.stop_tokens
+        for j, slot in enumerate(finished):
+            (index, request), self.holder[slot] = self.holder[slot], None
+            ids = counters.generated(j)
+            stopped = bool(ids) and ids[-1] in stop_tokens
+            completion = Completion(
+                request.id,
+                index,
+                ids,
+                "stop" if stopped else "length",
+                len(request.prompt),
+                int(stats.steps[j]),
+                int(stats.accepted[j]),
+                int(stats.proposed[j]),
+            )
+            out.append(((index, request), completion, counters, j))
+        return out
+
+    def end(self, slot: int) -> None:
+        """Frees ``slot`` at once (its request was cancelled): the row is marked done, so it
+        no longer counts as running."""
+        self.holder[slot] = None
+        self.state = end_row(self.state, np.int32(slot))
 
 
 def _length(prompt) -> int:

@@ -21,6 +21,7 @@ The host loop that decides what to insert and when is :mod:`specjax.decode.batch
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -172,3 +173,10 @@ def grow_program(state: DecodeState, empty: DecodeState) -> DecodeState:
         return big.at[tuple(slice(0, n) for n in small.shape)].set(small)
 
     return jax.tree.map(move, state, empty)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def end_row(state: DecodeState, slot: Array) -> DecodeState:
+    """``state`` (donated) with row ``slot`` marked done: a cancelled request's row stops
+    counting as running until a new request is inserted there."""
+    return state.replace(done=state.done.at[slot].set(True))

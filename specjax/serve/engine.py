@@ -1,0 +1,364 @@
+"""The engine: one thread owns the models and their programs and decodes every request.
+
+Its loop admits waiting requests into free slots between decode chunks (the prompt buckets and
+insert programs of :class:`~specjax.decode.batching.ContinuousBatch`, driven through its
+:class:`~specjax.decode.batching.Slots`), decodes a chunk, hands each request's newly committed
+ids to its sink, and frees finished, cancelled, ``max_tokens``-long and stop-string-ended rows
+(the last two with their counts, read before the row ends). Requests with
+``speculative=False`` run in a second set of slots without a draft (compiled on first use).
+A sink is called on the engine thread: it must only hand the event over (an asyncio consumer
+uses ``loop.call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specjax.decode.batch_counts import finished_rows
+from specjax.decode.batching import ContinuousBatch, Request, Slots
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
+from specjax.decode.config import DecodeConfig
+from specjax.errors import first_line
+from specjax.serve.metrics import ServeMetrics
+
+log = logging.getLogger("specjax.serve")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineRequest:
+    """What the engine decodes for one API request.
+
+    Attributes:
+      prompt: token ids.
+      max_tokens: ids to generate at most (<= the config's ``max_new_tokens``).
+      key_id: what the request's randomness derives from, with the server's seed (a seeded
+        request's is its seed, so it repeats).
+      speculative: False decodes without a draft.
+    """
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    key_id: Any
+    speculative: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """Ids newly committed for a request (stop tokens left out)."""
+
+    ids: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A request's end: why, and its counts."""
+
+    finish_reason: str  # stop | length
+    prompt_tokens: int
+    completion_tokens: int
+    target_forwards: int = 0
+    accepted_tokens: int = 0
+    proposed_tokens: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """The engine could not finish a request (``status``: the HTTP status to answer)."""
+
+    message: str
+    status: int = 500
+
+
+class QueueFull(Exception):
+    """No room in the queue (HTTP 429)."""
+
+
+class Unavailable(Exception):
+    """The engine is draining or has failed (HTTP 503)."""
+
+
+class Ticket:
+    """One submitted request: its sink and where it is."""
+
+    def __init__(self, request: EngineRequest, sink: Callable[[Any], None]):
+        self.request, self.sink = request, sink
+        self.cancelled = False
+        self.ending = False  # a stop string matched: end the row, then send its counts
+        self.produced = 0  # ids generated so far (stop tokens included)
+        self.submitted = time.perf_counter()
+        self.last: float | None = None  # when ids last came
+
+    def send(self, event) -> None:
+        try:
+            self.sink(event)
+        except RuntimeError:  # the consumer's event loop is gone: nobody to tell
+            pass
+
+
+class Engine:
+    """Decodes :class:`EngineRequest` s on its own thread through ``slots`` rows.
+
+    Args:
+      target, drafter, config: the models and :class:`~specjax.decode.DecodeConfig`.
+      slots: rows decoded together; chunk: decode steps between two looks at the rows.
+      seed: the server's seed (a request's draws depend on it and the request's key id).
+      buckets: prompt-length and batch buckets; max_queue: requests waiting at most.
+      metrics: where the engine's counters go (None: a private :class:`ServeMetrics`).
+      on_failure: called with the error line when the engine thread dies.
+    """
+
+    def __init__(
+        self,
+        target,
+        drafter,
+        config: DecodeConfig,
+        *,
+        slots: int = 8,
+        chunk: int = 8,
+        seed: int = 0,
+        buckets: ShapeBuckets = DEFAULT,
+        max_queue: int = 64,
+        metrics: ServeMetrics | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ):
+        make = lambda d, c: ContinuousBatch(
+            target, d, c, slots=slots, seed=seed, buckets=buckets, chunk=chunk
+        )
+        self.config = config
+        self._batches = {True: make(drafter, config)}
+        self._make_plain = lambda: make(None, config.autoregressive())
+        self.max_queue = max_queue
+        self.metrics = metrics or ServeMetrics()
+        self.on_failure = on_failure
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Ticket] = collections.deque()
+        self._running: dict[tuple[bool, int], Ticket] = {}  # (lane, slot) -> ticket
+        self._stopping = False
+        self.failed: str | None = None
+        self._thread = threading.Thread(target=self._main, name="specjax-engine", daemon=True)
+
+    # -- the API side (any thread) --------------------------------------------------------------
+
+    def problem(self, prompt) -> str:
+        """Why ``prompt`` cannot run (``""`` if it can)."""
+        return self._batches[True].problem(prompt)
+
+    def start(self) -> Engine:
+        self._thread.start()
+        return self
+
+    def submit(self, request: EngineRequest, sink: Callable[[Any], None]) -> Ticket:
+        """Queues ``request``; its events go to ``sink``. Raises :class:`QueueFull` or
+        :class:`Unavailable`."""
+        ticket = Ticket(request, sink)
+        with self._cond:
+            if self.failed is not None or self._stopping:
+                raise Unavailable("the server is shutting down" if self._stopping else self.failed)
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are already waiting")
+            self._queue.append(ticket)
+            self.metrics.queue_depth.set(len(self._queue))
+            self._cond.notify()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Drops ``ticket``'s request (its client left, or a stop string matched): its slot is
+        freed at the next chunk; no more events are sent."""
+        with self._cond:
+            ticket.cancelled = True
+            self._cond.notify()
+
+    def end_early(self, ticket: Ticket) -> None:
+        """Ends ``ticket``'s request before its row is done (a stop string matched): the row
+        is freed at the next chunk and one :class:`Finished` with its counts is sent."""
+        with self._cond:
+            ticket.ending = True
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Admits nothing new; the thread ends once every accepted request has finished."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for the thread; returns whether it ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def abort(self, message: str) -> None:
+        """Fails every accepted request with ``message`` (503) and ends the thread at the next
+        chunk (a drain whose grace period ran out)."""
+        with self._cond:
+            self._fail_all(message, 503)
+            self._cond.notify()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet finished."""
+        with self._cond:
+            return len(self._queue) + len(self._running)
+
+    # -- the engine thread ----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except BaseException as err:  # (the requests must hear of any failure)
+            line = f"engine failed: {type(err).__name__}: {first_line(err)}"
+            log.error(line)
+            with self._cond:
+                self.failed = line
+                self._fail_all(line, 500)
+            if self.on_failure is not None:
+                self.on_failure(line)
+
+    def _fail_all(self, message: str, status: int) -> None:
+        for ticket in itertools.chain(self._queue, self._running.values()):
+            if not ticket.cancelled:
+                ticket.send(Failed(message, status))
+            ticket.cancelled = True
+        self._queue.clear()
+        self.metrics.queue_depth.set(0)
+
+    def _loop(self) -> None:
+        lanes: dict[bool, Slots] = {}
+        while True:
+            with self._cond:
+                while not self._queue and not self._running and not self._stopping:
+                    self._cond.wait()
+                if not self._queue and not self._running:
+                    return  # stopping, and nothing left
+                taken = self._take(lanes)
+            for lane, slots in list(lanes.items()):
+                self._end_cancelled(lane, slots)
+            for lane, waiting in taken.items():
+                slots = lanes.get(lane)
+                batch = self._batch(lane)
+                first = batch._width(waiting[0][1])
+                if slots is None or (not slots.busy and first < slots.run.width):
+                    # (no rows run: start again at the bucket the next prompt needs)
+                    slots = lanes[lane] = Slots(batch, first)
+                for slot in slots.admit(waiting):
+                    ticket = slots.holder[slot][0]
+                    self._running[lane, slot] = ticket
+                    self.metrics.prompt_tokens.inc(len(ticket.request.prompt))
+            for lane, slots in lanes.items():
+                if slots.busy:
+                    with self._cond:
+                        waiting = any(t.request.speculative == lane for t in self._queue)
+                    slots.step(waiting)
+                    self._deliver(lane, slots)
+            self.metrics.busy_slots.set(len(self._running))
+
+    def _batch(self, lane: bool) -> ContinuousBatch:
+        if lane not in self._batches:
+            self._batches[lane] = self._make_plain()
+        return self._batches[lane]
+
+    def _take(self, lanes: dict[bool, Slots]) -> dict[bool, collections.deque]:
+        """Pops the queued requests the free slots can hold, per lane (under the lock)."""
+        free = {}
+        for lane in (True, False):
+            rows = self._batch(True).slots
+            free[lane] = rows - sum(1 for (k, _) in self._running if k == lane)
+        taken: dict[bool, collections.deque] = {}
+        kept = collections.deque()
+        while self._queue:
+            ticket = self._queue.popleft()
+            lane = ticket.request.speculative or not self.config.speculative
+            if ticket.cancelled:
+                continue
+            if free[lane] > 0:
+                free[lane] -= 1
+                request = Request(ticket.request.key_id, list(ticket.request.prompt))
+                taken.setdefault(lane, collections.deque()).append((ticket, request))
+            else:
+                kept.append(ticket)
+        self._queue = kept
+        self.metrics.queue_depth.set(len(kept))
+        return taken
+
+    def _end_cancelled(self, lane: bool, slots: Slots) -> None:
+        ended = [
+            (slot, ticket)
+            for (k, slot), ticket in self._running.items()
+            if k == lane and (ticket.cancelled or ticket.ending)
+        ]
+        # (counters read before the rows end: a stopped request's usage keeps its counts)
+        self._finish(lane, slots, [s for s, t in ended if not t.cancelled], "stop")
+        for slot, ticket in ended:
+            if ticket.cancelled:
+                slots.end(slot)
+                del self._running[lane, slot]
+
+    def _finish(self, lane: bool, slots: Slots, rows: list[int], reason: str) -> None:
+        """Ends running ``rows`` early, sending each request its :class:`Finished` and
+        counts."""
+        counters = finished_rows(slots.state, rows) if rows else None
+        for j, slot in enumerate(rows):
+            ticket = self._running.pop((lane, slot))
+            slots.end(slot)
+            stats = counters.stats
+            finished = Finished(
+                reason,
+                len(ticket.request.prompt),
+                ticket.produced,
+                int(stats.steps[j]),
+                int(stats.accepted[j]),
+                int(stats.proposed[j]),
+            )
+            self.metrics.finished(finished, stats.histogram[j])
+            if not ticket.cancelled:
+                ticket.send(finished)
+
+    def _deliver(self, lane: bool, slots: Slots) -> None:
+        """Sends each running request its new ids; ends the finished and full ones."""
+        stops = self.config.stop_tokens
+        now = time.perf_counter()
+        full = []
+        for slot, ids in slots.new_tokens().items():
+            ticket = self._running.get((lane, slot))
+            if ticket is None or ticket.cancelled:
+                continue
+            ids = ids[: ticket.request.max_tokens - ticket.produced]
+            ticket.produced += len(ids)
+            shown = [t for t in ids if t not in stops]  # (a stop token can only end a row)
+            self.metrics.generation_tokens.inc(len(ids))
+            if ticket.last is None:
+                self.metrics.ttft.observe(now - ticket.submitted)
+            elif ids:
+                self.metrics.itl.observe((now - ticket.last) / len(ids))
+            ticket.last = now
+            if shown:
+                ticket.send(Tokens(shown))
+            if ticket.produced >= ticket.request.max_tokens:
+                full.append(slot)
+        for (ticket, request), completion, counters, j in slots.harvest():
+            del self._running[lane, self._slot_of(lane, ticket)]
+            reason = completion.finish_reason
+            if len(completion.token_ids) > ticket.request.max_tokens:
+                reason = "length"  # (cut by max_tokens before its stop token)
+            finished = Finished(
+                reason,
+                len(request.prompt),
+                ticket.produced,
+                completion.target_forwards,
+                completion.accepted_tokens,
+                completion.proposed_tokens,
+            )
+            self.metrics.finished(finished, counters.stats.histogram[j])
+            if not ticket.cancelled:
+                ticket.send(finished)
+        full = [slot for slot in full if (lane, slot) in self._running]  # (not harvested)
+        self._finish(lane, slots, full, "length")
+
+    def _slot_of(self, lane: bool, ticket: Ticket) -> int:
+        return next(s for (k, s), t in self._running.items() if k == lane and t is ticket)

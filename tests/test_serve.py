@@ -1,0 +1,363 @@
+"""The OpenAI-compatible server in-process on the tiny random pair: the API's answers, their
+equality with offline decoding, concurrency, bad input, cancellation and a full queue."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+from specjax.cli.serve import build_server  # noqa: E402
+from specjax.decode.batching import ContinuousBatch, Request  # noqa: E402
+from tests.serve_fixtures import add_chat_template, call, sse_events, tiny_config  # noqa: E402
+
+MODEL = "random:0"
+
+
+def _start(**overrides):
+    cfg = tiny_config(**overrides)
+    server, engine = build_server(cfg, tokenizer_hook=add_chat_template)
+    return server.start(), engine, cfg
+
+
+@pytest.fixture(scope="module")
+def greedy():
+    server, engine, cfg = _start()
+    yield server, engine, cfg
+    server.drain()
+    server.join(30)
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    server, engine, cfg = _start(temperature=1.0, max_new_tokens=24, api_key="sekrit")
+    yield server, engine, cfg
+    server.drain()
+    server.join(30)
+
+
+def _client(server, key="none"):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=key, max_retries=0)
+
+
+def _offline(cfg, prompts):
+    """What offline continuous batching decodes for ``prompts`` with the server's models, config
+    and shapes (its programs are the server's: nothing compiles again)."""
+    from specjax.cli import validate
+    from specjax.cli.decode import build
+
+    target, tokenizer, drafter, config = build(cfg)
+    batch = ContinuousBatch(
+        target,
+        drafter,
+        config,
+        slots=cfg.slots,
+        seed=cfg.seed,
+        buckets=validate.shape_buckets(cfg),
+        chunk=cfg.chunk,
+    )
+    requests = [Request(i, ids) for i, ids in enumerate(prompts)]
+    done = sorted(batch.run(requests), key=lambda c: c.index)
+    return tokenizer, [c.token_ids for c in done]
+
+
+def test_models_health_and_metrics(greedy):
+    server, _, _ = greedy
+    status, _, body = call(server.port, "/v1/models")
+    assert status == 200 and body["data"][0]["id"] == MODEL
+    assert call(server.port, "/health")[:1] == (200,)
+    _client(server).completions.create(model=MODEL, prompt="Hi", max_tokens=3)
+    status, _, text = call(server.port, "/metrics")
+    for name in (
+        'specjax_requests_total{outcome="length"}',
+        "specjax_queue_depth",
+        "specjax_busy_slots",
+        "specjax_prompt_tokens_total",
+        "specjax_generation_tokens_total",
+        "specjax_tokens_per_target_forward",
+        "specjax_acceptance_length_bucket",
+        "specjax_time_to_first_token_seconds_bucket",
+        "specjax_inter_token_latency_seconds_bucket",
+    ):
+        assert name in text, name
+
+
+def test_greedy_output_is_offline_output_cut_at_max_tokens(greedy):
+    server, engine, cfg = greedy
+    client = _client(server)
+    answer = client.completions.create(model=MODEL, prompt="Hello", max_tokens=24)
+    whole = client.completions.create(model=MODEL, prompt="Hi there").choices[0]
+    tokenizer, (ids, other) = _offline(cfg, [list(b"Hello"), list(b"Hi there")])
+    assert answer.choices[0].text == tokenizer.decode(ids[:24])
+    assert answer.choices[0].finish_reason == "length"
+    shown = [t for t in other if t not in engine.config.stop_tokens]
+    assert whole.text == tokenizer.decode(shown)  # (ended by its row, not by max_tokens)
+    usage = answer.usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (5, 24, 29)
+    assert usage.model_extra["num_target_forwards"] >= 1
+    assert "num_accepted_tokens" in usage.model_extra and "num_draft_tokens" in usage.model_extra
+
+
+def test_streamed_deltas_join_to_the_whole_text(greedy):
+    server, _, _ = greedy
+    client = _client(server)
+    whole = client.completions.create(model=MODEL, prompt="abc", max_tokens=30).choices[0].text
+    chunks = list(client.completions.create(model=MODEL, prompt="abc", max_tokens=30, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == whole
+    assert chunks[-1].choices[0].finish_reason == "length"
+    messages = [{"role": "user", "content": "hi"}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=20,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts = list(stream)
+    text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+    assert text == chat.choices[0].message.content
+    assert parts[-1].usage.completion_tokens == chat.usage.completion_tokens == 20
+
+
+def test_raw_stream_ends_with_done(greedy):
+    server, _, _ = greedy
+    body = dict(model=MODEL, prompt="xy", max_tokens=5, stream=True)
+    status, head, text = call(server.port, "/v1/completions", body)
+    assert status == 200 and head["content-type"].startswith("text/event-stream")
+    events = sse_events(text)
+    assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_string_cuts_the_text_exactly_and_keeps_the_counts(greedy):
+    server, _, _ = greedy
+    client = _client(server)
+    full = client.completions.create(model=MODEL, prompt="stop", max_tokens=32).choices[0].text
+    k = next(
+        i
+        for i in range(5, 24)
+        if "\ufffd" not in full[i : i + 2] and full.find(full[i : i + 2]) == i
+    )
+    stop = full[k : k + 2]
+    cut = client.completions.create(model=MODEL, prompt="stop", max_tokens=32, stop=[stop])
+    assert cut.choices[0].text == full[:k] and cut.choices[0].finish_reason == "stop"
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="stop",
+            max_tokens=32,
+            stop=stop,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == full[:k]
+    for usage in (cut.usage, chunks[-1].usage):  # the row's counts, read before it ended
+        assert usage.model_extra["num_target_forwards"] >= 1, usage
+        assert usage.model_extra["num_draft_tokens"] >= usage.model_extra["num_target_forwards"]
+        assert 0 < usage.completion_tokens <= 32
+
+
+def test_speculation_off_for_one_request_gives_the_same_greedy_text(greedy):
+    server, _, _ = greedy
+    client = _client(server)
+    spec = client.completions.create(model=MODEL, prompt="same", max_tokens=16)
+    plain = client.completions.create(
+        model=MODEL, prompt="same", max_tokens=16, extra_body={"speculative": False}
+    )
+    assert plain.choices[0].text == spec.choices[0].text
+    assert plain.usage.model_extra["num_draft_tokens"] == 0
+
+
+def _concurrent_equals_alone(server, key, seeded: bool):
+    client = _client(server, key)
+    jobs = [("p" * (1 + 7 * i), 3 + i) for i in range(16)]  # prompts of 1 to 106 bytes
+    ask = lambda job: (
+        client.completions.create(
+            model=MODEL,
+            prompt=job[0],
+            max_tokens=job[1],
+            seed=(11 + len(job[0])) if seeded else None,
+        )
+        .choices[0]
+        .text
+    )
+    alone = [ask(job) for job in jobs[::5]]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(ask, jobs))
+    assert together[::5] == alone
+    return together
+
+
+def test_sixteen_concurrent_greedy_requests_equal_each_alone(greedy):
+    server, _, _ = greedy
+    _concurrent_equals_alone(server, "none", seeded=False)
+
+
+def test_sixteen_concurrent_seeded_requests_equal_each_alone_and_repeat(sampled):
+    server, _, _ = sampled
+    first = _concurrent_equals_alone(server, "sekrit", seeded=True)
+    client = _client(server, "sekrit")
+    again = client.completions.create(model=MODEL, prompt="p", max_tokens=3, seed=12)
+    assert again.choices[0].text == first[0]
+    other = [
+        client.completions.create(model=MODEL, prompt="q", max_tokens=24, seed=s) for s in (1, 2)
+    ]
+    assert other[0].choices[0].text != other[1].choices[0].text  # (24 random bytes)
+
+
+BAD = [
+    # (body or raw bytes, status, param)
+    (b"{not json", 400, None),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
+    ({"model": MODEL, "prompt": 5}, 400, "prompt"),
+    ({"model": MODEL, "prompt": "x", "temperature": -1.0}, 400, "temperature"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"model": "gpt-4", "prompt": "x"}, 404, "model"),
+    ({"model": MODEL, "prompt": "x" * 2000}, 400, "prompt"),
+    ({"model": MODEL, "prompt": [300]}, 400, "prompt"),
+    ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n"),
+    ({"model": MODEL, "prompt": "x", "logprobs": 2}, 400, "logprobs"),
+    ({"model": MODEL, "prompt": "x", "temperature": 0.5}, 400, "temperature"),
+    ({"model": MODEL, "prompt": "x", "top_p": 0.9}, 400, "top_p"),
+    ({"model": MODEL, "prompt": "x", "top_k": 5}, 400, "top_k"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 25}, 400, "max_tokens"),
+    ({"model": MODEL, "prompt": "x", "stop": [""]}, 400, "stop"),
+    ({"model": MODEL}, 400, "prompt"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD)
+def test_bad_completion_requests_get_4xx(sampled, body, status, param):
+    server, engine, _ = sampled
+    before = engine.in_flight
+    raw = body if isinstance(body, bytes) else None
+    got, _, answer = call(
+        server.port,
+        "/v1/completions",
+        None if raw else body,
+        {"Authorization": "Bearer sekrit"},
+        raw=raw,
+    )
+    assert got == status, answer
+    assert set(answer["error"]) == {"message", "type", "param", "code"}
+    assert answer["error"]["param"] == param and answer["error"]["message"]
+    assert engine.in_flight == before
+
+
+def test_bad_chat_requests_size_and_key(sampled):
+    server, _, _ = sampled
+    key = {"Authorization": "Bearer sekrit"}
+    user = [{"role": "user", "content": "hi"}]
+    cases = [
+        ({"model": MODEL, "messages": user, "tools": [{"type": "function"}]}, key, 400),
+        ({"model": MODEL, "messages": []}, key, 400),
+        ({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}, key, 400),
+        ({"model": MODEL, "messages": user}, {}, 401),
+        ({"model": MODEL, "messages": user}, {"Authorization": "Bearer wrong"}, 401),
+    ]
+    for body, headers, status in cases:
+        got, _, answer = call(server.port, "/v1/chat/completions", body, headers)
+        assert got == status and "message" in answer["error"], (body, answer)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.putrequest("POST", "/v1/completions")
+    connection.putheader("Authorization", "Bearer sekrit")
+    connection.putheader("Content-Length", str(2 << 20))  # (answered before the body comes)
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413 and json.loads(response.read())["error"]["message"]
+    connection.close()
+
+
+def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
+    from specjax.serve import engine as engine_module
+
+    gate = threading.Event()
+
+    class Gated(engine_module.Slots):
+        """Decodes nothing until the client has left (a chat stream's first event, the role,
+        comes before any decoding)."""
+
+        def step(self, waiting):
+            gate.wait(30)
+            super().step(waiting)
+
+    monkeypatch.setattr(engine_module, "Slots", Gated)
+    server, engine, _ = _start()
+
+    def cancelled():
+        text = call(server.port, "/metrics")[2]
+        line = [
+            x
+            for x in text.splitlines()
+            if x.startswith('specjax_requests_total{outcome="cancelled"}')
+        ]
+        return float(line[0].split()[-1]) if line else 0.0
+
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        messages = [{"role": "user", "content": "drop"}]
+        body = json.dumps(dict(model=MODEL, messages=messages, stream=True))
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/v1/chat/completions", body, headers)
+        response = connection.getresponse()
+        assert response.status == 200
+        assert response.readline().startswith(b"data: ")  # the first event (the role) came
+        connection.sock.close()
+        connection.close()
+        deadline = time.monotonic() + 30
+        while cancelled() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.in_flight == 1  # (still running: the client left first)
+        gate.set()
+        while engine.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.in_flight == 0 and cancelled() == 1
+        ok = _client(server).completions.create(model=MODEL, prompt="after", max_tokens=4)
+        assert ok.usage.completion_tokens == 4
+    finally:
+        gate.set()
+        server.drain()
+        server.join(30)
+
+
+def test_a_full_queue_gets_429_with_retry_after(greedy):
+    from specjax.cli.decode import build
+    from specjax.serve import Engine, EngineRequest, ServeConfig, create_app
+    from specjax.serve.server import Server
+
+    _, _, cfg = greedy
+    target, tokenizer, drafter, config = build(cfg)
+    engine = Engine(target, drafter, config, slots=1, max_queue=1)  # never started: stays full
+    engine.submit(EngineRequest((1, 2), 4, "held"), lambda event: None)
+    app = create_app(engine, tokenizer, ServeConfig(port=0, served_model_name=MODEL))
+    server = Server(app, engine, "127.0.0.1", 0, 0.0).start()
+    try:
+        status, head, answer = call(server.port, "/v1/completions", {"model": MODEL, "prompt": "x"})
+        assert status == 429 and head["Retry-After"] == "1"
+        assert answer["error"]["type"] == "rate_limit_error"
+    finally:
+        server.should_exit = True
+        server.join(10)
+
+
+def test_an_engine_failure_answers_500_and_ends_the_server(greedy, monkeypatch):
+    from specjax.serve import engine as engine_module
+
+    class Broken(engine_module.Slots):
+        def step(self, waiting):
+            raise FloatingPointError("the device fell over")
+
+    monkeypatch.setattr(engine_module, "Slots", Broken)
+    server, engine, _ = _start()
+    status, _, answer = call(server.port, "/v1/completions", {"model": MODEL, "prompt": "x"})
+    assert status == 500 and "the device fell over" in answer["error"]["message"]
+    server.join(10)
+    assert server.exit_code == 1 and engine.failed

@@ -134,6 +134,9 @@ class ContinuousBatch:
       buckets: prompt-length buckets (inserted prompts are padded to them; S fits the longest).
       chunk: the most decode steps between two looks at the rows (progress, refills).
       refill: finished rows that trigger a refill while requests wait (1: refill at once).
+      rows: carry per-row values from the start whatever the requests (``DecodeConfig.rows``:
+        a live queue, whose requests are not known when its :class:`Slots` start); False:
+        :meth:`run` decides from its requests.
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class ContinuousBatch:
         buckets: ShapeBuckets = DEFAULT,
         chunk: int = 32,
         refill: int = 1,
+        rows: bool = False,
     ):
         check_config(config)
         self.target = as_pure(target)
@@ -177,7 +181,9 @@ class ContinuousBatch:
         self.seed, self.chunk, self.refill = seed, chunk, refill
         self.metrics: Metrics | None = None
         self.progress: Progress | None = None
-        self._config = config  # this run's: with ``rows`` where a request has its own values
+        self._rows = rows
+        # this run's: with ``rows`` where a request has its own values (or from the start)
+        self._config = dataclasses.replace(config, rows=True) if rows else config
 
     # -- sizes and checks -----------------------------------------------------------------------
 
@@ -315,7 +321,7 @@ class ContinuousBatch:
         # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
         # in every step), without draining the rows that run.
         waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
-        per_row = self.config.rows or any(self._own_values(r) for _, r in waiting)
+        per_row = self.config.rows or self._rows or any(self._own_values(r) for _, r in waiting)
         self._config = dataclasses.replace(self.config, rows=per_row)
         rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
         slots = Slots(self, self._width(waiting[0][1]), rows)

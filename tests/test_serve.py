@@ -4,6 +4,7 @@ equality with offline decoding, concurrency, bad input, cancellation and a full 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import http.client
 import json
 import threading
@@ -49,7 +50,8 @@ def _client(server, key="none"):
 
 def _offline(cfg, prompts):
     """What offline continuous batching decodes for ``prompts`` with the server's models, config
-    and shapes (its programs are the server's: nothing compiles again)."""
+    and shapes (per-row values, as the server: its programs are the server's, nothing compiles
+    again)."""
     from specjax.cli import validate
     from specjax.cli.decode import build
 
@@ -62,6 +64,7 @@ def _offline(cfg, prompts):
         seed=cfg.seed,
         buckets=validate.shape_buckets(cfg),
         chunk=cfg.chunk,
+        rows=True,
     )
     requests = [Request(i, ids) for i, ids in enumerate(prompts)]
     done = sorted(batch.run(requests), key=lambda c: c.index)
@@ -176,15 +179,17 @@ def test_speculation_off_for_one_request_gives_the_same_greedy_text(greedy):
     assert plain.usage.model_extra["num_draft_tokens"] == 0
 
 
-def _concurrent_equals_alone(server, key, seeded: bool):
+def _concurrent_equals_alone(server, key, seeded: bool, own=lambda i: {}):
+    """16 requests at once each answer as alone; ``own(i)``: request i's own parameters."""
     client = _client(server, key)
-    jobs = [("p" * (1 + 7 * i), 3 + i) for i in range(16)]  # prompts of 1 to 106 bytes
+    jobs = [("p" * (1 + 7 * i), 3 + i, own(i)) for i in range(16)]  # prompts of 1 to 106 bytes
     ask = lambda job: (
         client.completions.create(
             model=MODEL,
             prompt=job[0],
             max_tokens=job[1],
             seed=(11 + len(job[0])) if seeded else None,
+            extra_body=job[2],  # (top_k is not an OpenAI parameter)
         )
         .choices[0]
         .text
@@ -201,9 +206,22 @@ def test_sixteen_concurrent_greedy_requests_equal_each_alone(greedy):
     _concurrent_equals_alone(server, "none", seeded=False)
 
 
-def test_sixteen_concurrent_seeded_requests_equal_each_alone_and_repeat(sampled):
+OWN = [
+    {},
+    {"temperature": 0.0},
+    {"temperature": 0.5, "top_p": 0.9},
+    {"temperature": 1.7, "top_k": 5},
+]
+
+
+def test_sixteen_concurrent_seeded_requests_with_their_own_values_equal_each_alone(sampled, greedy):
     server, _, _ = sampled
-    first = _concurrent_equals_alone(server, "sekrit", seeded=True)
+    first = _concurrent_equals_alone(server, "sekrit", True, own=lambda i: OWN[i % 4])
+    # the temperature-0 rows, decoded beside temperature-1 rows, are the greedy server's
+    plain = _client(greedy[0])
+    for i in range(1, 16, 4):
+        alone = plain.completions.create(model=MODEL, prompt="p" * (1 + 7 * i), max_tokens=3 + i)
+        assert first[i] == alone.choices[0].text, i
     client = _client(server, "sekrit")
     again = client.completions.create(model=MODEL, prompt="p", max_tokens=3, seed=12)
     assert again.choices[0].text == first[0]
@@ -211,6 +229,32 @@ def test_sixteen_concurrent_seeded_requests_equal_each_alone_and_repeat(sampled)
         client.completions.create(model=MODEL, prompt="q", max_tokens=24, seed=s) for s in (1, 2)
     ]
     assert other[0].choices[0].text != other[1].choices[0].text  # (24 random bytes)
+
+
+def test_a_seeded_request_equals_offline_generate_with_its_values(sampled):
+    """Without a draft (``speculative: false``) a seeded request's tokens are those of
+    ``generate([prompt], config, seed=seed)`` at its temperature, top-k, top-p and length."""
+    from specjax.cli.decode import build
+    from specjax.decode import generate
+    from specjax.sampling import SamplingParams
+
+    server, _, cfg = sampled
+    values = dict(temperature=0.8, top_k=20, top_p=0.95)
+    answer = _client(server, "sekrit").completions.create(
+        model=MODEL,
+        prompt="seeded",
+        max_tokens=12,
+        seed=77,
+        extra_body={"speculative": False, **values},
+    )
+    target, tokenizer, _, config = build(cfg)
+    own = dataclasses.replace(
+        config.autoregressive(), sampling=SamplingParams(**values), max_new_tokens=12
+    )
+    ids = generate(target, [tokenizer.encode("seeded")], own, seed=77).tokens[0]
+    shown = [t for t in ids if t not in config.stop_tokens]
+    assert answer.choices[0].text == tokenizer.decode(shown)
+    assert answer.usage.completion_tokens == len(ids)
 
 
 BAD = [
@@ -225,9 +269,12 @@ BAD = [
     ({"model": MODEL, "prompt": [300]}, 400, "prompt"),
     ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n"),
     ({"model": MODEL, "prompt": "x", "logprobs": 2}, 400, "logprobs"),
-    ({"model": MODEL, "prompt": "x", "temperature": 0.5}, 400, "temperature"),
-    ({"model": MODEL, "prompt": "x", "top_p": 0.9}, 400, "top_p"),
-    ({"model": MODEL, "prompt": "x", "top_k": 5}, 400, "top_k"),
+    ({"model": MODEL, "prompt": "x", "temperature": 101.0}, 400, "temperature"),
+    ({"model": MODEL, "prompt": "x", "top_p": 0.0}, 400, "top_p"),
+    ({"model": MODEL, "prompt": "x", "top_p": 1.5}, 400, "top_p"),
+    ({"model": MODEL, "prompt": "x", "top_k": -2}, 400, "top_k"),
+    ({"model": MODEL, "prompt": "x", "seed": 2**31}, 400, "seed"),
+    ({"model": MODEL, "prompt": "x", "seed": -(2**31) - 1}, 400, "seed"),
     ({"model": MODEL, "prompt": "x", "max_tokens": 25}, 400, "max_tokens"),
     ({"model": MODEL, "prompt": "x", "stop": [""]}, 400, "stop"),
     ({"model": MODEL}, 400, "prompt"),
@@ -250,6 +297,38 @@ def test_bad_completion_requests_get_4xx(sampled, body, status, param):
     assert set(answer["error"]) == {"message", "type", "param", "code"}
     assert answer["error"]["param"] == param and answer["error"]["message"]
     assert engine.in_flight == before
+
+
+def test_a_greedy_verifier_refuses_sampled_requests(greedy):
+    """Verifier ``greedy`` is exact at temperature 0 only: a sampled request is a 400 naming
+    temperature (without a draft it may sample)."""
+    from specjax.cli.decode import build
+    from specjax.serve import Engine
+    from specjax.serve.params import engine_request
+    from specjax.serve.protocol import ApiError, CompletionRequest
+
+    target, _, drafter, config = build(tiny_config(verifier="greedy"))
+    engine = Engine(target, drafter, config, slots=2)  # (never started: nothing compiles)
+    ask = lambda **values: engine_request(
+        CompletionRequest(model=MODEL, prompt="x", **values), [120], engine
+    )
+    with pytest.raises(ApiError) as refused:
+        ask(temperature=0.5)
+    assert refused.value.status == 400 and refused.value.param == "temperature"
+    assert "verifier 'greedy'" in refused.value.message
+    assert ask(temperature=0.0, max_tokens=4, seed=1).max_tokens == 4
+    assert not ask(temperature=0.5, speculative=False).speculative
+
+
+def test_adaptive_widths_become_fixed_unless_the_sample_cannot_depend_on_them(caplog):
+    from specjax.cli.serve import fixed_widths
+
+    for verifier, widths in (("block", "fixed"), ("gumbel", "auto"), ("greedy", "auto")):
+        cfg = tiny_config(widths="auto", verifier=verifier)
+        with caplog.at_level("INFO", "specjax.serve"):
+            fixed_widths(cfg)
+        assert cfg.widths == widths, verifier
+    assert len(caplog.records) == 1 and "widths=auto -> fixed" in caplog.text
 
 
 def test_bad_chat_requests_size_and_key(sampled):

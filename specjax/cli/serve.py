@@ -4,9 +4,13 @@ built. It lives with the applications: :mod:`specjax.serve` itself knows nothing
 
 from __future__ import annotations
 
+import logging
+
 from specjax.serve.config import serve_config, with_serve_keys
 from specjax.serve.engine import Engine
 from specjax.serve.metrics import ServeMetrics
+
+log = logging.getLogger("specjax.serve")
 
 
 def check_placement(cfg) -> None:
@@ -24,6 +28,24 @@ def check_placement(cfg) -> None:
         )
 
 
+def fixed_widths(cfg) -> None:
+    """Sets ``widths=fixed`` where a request at temperature > 0 would need it.
+
+    Any request may sample, and one width chosen for all rows would tie its sample to its
+    neighbours (ContinuousBatch refuses it), unless the verifier's output does not depend on
+    the widths (gumbel) or every row is greedy (verifier greedy)."""
+    adaptive = str(cfg.widths).strip() != "fixed" and cfg.drafter != "none"
+    if adaptive and cfg.verifier not in ("gumbel", "greedy"):
+        log.info(
+            "widths=%s -> fixed: requests may sample, and with verifier %r one width for all rows "
+            "would tie a request's sample to its neighbours (verifier gumbel keeps them)",
+            cfg.widths,
+            cfg.verifier,
+        )
+        with cfg.unlocked():
+            cfg.widths = "fixed"
+
+
 def build_server(cfg, tokenizer_hook=None):
     """``(server, engine)`` for a decode config (serve keys added where missing): the engine
     is started, the server not yet. ``tokenizer_hook``: called with the tokenizer (tests)."""
@@ -36,11 +58,7 @@ def build_server(cfg, tokenizer_hook=None):
     cfg = with_serve_keys(cfg)
     serve = serve_config(cfg)
     check_placement(cfg)
-    with cfg.unlocked():
-        # At temperature > 0 one width chosen for all rows would tie a request's sample to its
-        # neighbours (ContinuousBatch refuses it): draft a fixed width unless gumbel.
-        if cfg.widths == "auto" and cfg.temperature > 0 and cfg.verifier != "gumbel":
-            cfg.widths = "fixed"
+    fixed_widths(cfg)
     validate.check_decode(cfg)
     compile_cache.configure(cfg.compilation_cache)
     target, tokenizer, drafter, config = build(cfg)

@@ -103,7 +103,7 @@ def create_app(engine: Engine, tokenizer, serve: ServeConfig) -> FastAPI:
         if why:
             code = "context_length_exceeded" if "max_seq_len" in why else None
             raise ApiError(400, why, param="messages" if chat else "prompt", code=code)
-        job = engine_request(body, ids, engine.config)
+        job = engine_request(body, ids, engine)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         try:
             ticket = engine.submit(job, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))

@@ -3,11 +3,12 @@
 Its loop admits waiting requests into free slots between decode chunks (the prompt buckets and
 insert programs of :class:`~specjax.decode.batching.ContinuousBatch`, driven through its
 :class:`~specjax.decode.batching.Slots`), decodes a chunk, hands each request's newly committed
-ids to its sink, and frees finished, cancelled, ``max_tokens``-long and stop-string-ended rows
-(the last two with their counts, read before the row ends). Requests with
-``speculative=False`` run in a second set of slots without a draft (compiled on first use).
-A sink is called on the engine thread: it must only hand the event over (an asyncio consumer
-uses ``loop.call_soon_threadsafe``).
+ids to its sink, and frees finished, cancelled and stop-string-ended rows (the last with their
+counts, read before the row ends). The batches carry each row's sampling and ``max_new_tokens``
+(``DecodeConfig.rows``: a live queue cannot know its requests' values in advance), so a row ends
+itself at its request's ``max_tokens``. Requests with ``speculative=False`` run in a second set
+of slots without a draft (compiled on first use). A sink is called on the engine thread: it must
+only hand the event over (an asyncio consumer uses ``loop.call_soon_threadsafe``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from specjax.decode.batch_counts import finished_rows
@@ -38,15 +39,30 @@ class EngineRequest:
     Attributes:
       prompt: token ids.
       max_tokens: ids to generate at most (<= the config's ``max_new_tokens``).
-      key_id: what the request's randomness derives from, with the server's seed (a seeded
-        request's is its seed, so it repeats).
+      key_id: what an unseeded request's randomness derives from, with the server's seed.
       speculative: False decodes without a draft.
+      sampling: its own sampling values (``{"temperature": 0.7}``: the config's for the
+        others; None: the config's).
+      seed: its own seed (None: the server's seed and ``key_id``): its draws are those of
+        ``generate([prompt], config, seed=seed)``, whatever runs beside it.
     """
 
     prompt: tuple[int, ...]
     max_tokens: int
     key_id: Any
     speculative: bool = True
+    sampling: Mapping[str, Any] | None = None
+    seed: int | None = None
+
+    def batch_request(self) -> Request:
+        """The :class:`~specjax.decode.batching.Request` the engine decodes."""
+        return Request(
+            self.key_id,
+            list(self.prompt),
+            sampling=self.sampling,
+            max_new_tokens=self.max_tokens,
+            seed=self.seed,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,27 +144,38 @@ class Engine:
         metrics: ServeMetrics | None = None,
         on_failure: Callable[[str], None] | None = None,
     ):
+        # (rows: any request may bring its own values; sampled ones are refused where the
+        # config's verifier, drafter or widths are exact at temperature 0 only: problem)
         make = lambda d, c: ContinuousBatch(
-            target, d, c, slots=slots, seed=seed, buckets=buckets, chunk=chunk
+            target, d, c, slots=slots, seed=seed, buckets=buckets, chunk=chunk, rows=True
         )
         self.config = config
         self._batches = {True: make(drafter, config)}
-        self._make_plain = lambda: make(None, config.autoregressive())
+        if config.speculative:
+            self._batches[False] = make(None, config.autoregressive())
         self.max_queue = max_queue
         self.metrics = metrics or ServeMetrics()
         self.on_failure = on_failure
         self._cond = threading.Condition()
         self._queue: collections.deque[Ticket] = collections.deque()
         self._running: dict[tuple[bool, int], Ticket] = {}  # (lane, slot) -> ticket
+        self._admitting = 0  # taken from the queue, not yet running (in flight all the same)
         self._stopping = False
         self.failed: str | None = None
         self._thread = threading.Thread(target=self._main, name="specjax-engine", daemon=True)
 
     # -- the API side (any thread) --------------------------------------------------------------
 
-    def problem(self, prompt) -> str:
-        """Why ``prompt`` cannot run (``""`` if it can)."""
-        return self._batches[True].problem(prompt)
+    def problem(self, request: EngineRequest | Any) -> str:
+        """Why ``request`` (or a prompt) cannot run (``""`` if it can): for a request, its
+        prompt and its own values in the slots it would run in."""
+        if isinstance(request, EngineRequest):
+            return self._batches[self._lane(request)].problem(request.batch_request())
+        return self._batches[True].problem(request)
+
+    def _lane(self, request: EngineRequest) -> bool:
+        """The slots ``request`` runs in: True speculative (or all, without a draft)."""
+        return request.speculative or not self.config.speculative
 
     def start(self) -> Engine:
         self._thread.start()
@@ -204,7 +231,7 @@ class Engine:
     def in_flight(self) -> int:
         """Requests accepted and not yet finished."""
         with self._cond:
-            return len(self._queue) + len(self._running)
+            return len(self._queue) + self._admitting + len(self._running)
 
     # -- the engine thread ----------------------------------------------------------------------
 
@@ -226,6 +253,7 @@ class Engine:
                 ticket.send(Failed(message, status))
             ticket.cancelled = True
         self._queue.clear()
+        self._admitting = 0
         self.metrics.queue_depth.set(0)
 
     def _loop(self) -> None:
@@ -241,7 +269,7 @@ class Engine:
                 self._end_cancelled(lane, slots)
             for lane, waiting in taken.items():
                 slots = lanes.get(lane)
-                batch = self._batch(lane)
+                batch = self._batches[lane]
                 first = batch._width(waiting[0][1])
                 if slots is None or (not slots.busy and first < slots.run.width):
                     # (no rows run: start again at the bucket the next prompt needs)
@@ -250,6 +278,8 @@ class Engine:
                     ticket = slots.holder[slot][0]
                     self._running[lane, slot] = ticket
                     self.metrics.prompt_tokens.inc(len(ticket.request.prompt))
+            with self._cond:
+                self._admitting = 0
             for lane, slots in lanes.items():
                 if slots.busy:
                     with self._cond:
@@ -258,31 +288,27 @@ class Engine:
                     self._deliver(lane, slots)
             self.metrics.busy_slots.set(len(self._running))
 
-    def _batch(self, lane: bool) -> ContinuousBatch:
-        if lane not in self._batches:
-            self._batches[lane] = self._make_plain()
-        return self._batches[lane]
-
     def _take(self, lanes: dict[bool, Slots]) -> dict[bool, collections.deque]:
         """Pops the queued requests the free slots can hold, per lane (under the lock)."""
         free = {}
         for lane in (True, False):
-            rows = self._batch(True).slots
+            rows = self._batches[True].slots
             free[lane] = rows - sum(1 for (k, _) in self._running if k == lane)
         taken: dict[bool, collections.deque] = {}
         kept = collections.deque()
         while self._queue:
             ticket = self._queue.popleft()
-            lane = ticket.request.speculative or not self.config.speculative
+            lane = self._lane(ticket.request)
             if ticket.cancelled:
                 continue
             if free[lane] > 0:
                 free[lane] -= 1
-                request = Request(ticket.request.key_id, list(ticket.request.prompt))
+                request = ticket.request.batch_request()
                 taken.setdefault(lane, collections.deque()).append((ticket, request))
             else:
                 kept.append(ticket)
         self._queue = kept
+        self._admitting = sum(map(len, taken.values()))
         self.metrics.queue_depth.set(len(kept))
         return taken
 
@@ -320,15 +346,13 @@ class Engine:
                 ticket.send(finished)
 
     def _deliver(self, lane: bool, slots: Slots) -> None:
-        """Sends each running request its new ids; ends the finished and full ones."""
+        """Sends each running request its new ids; ends the finished ones."""
         stops = self.config.stop_tokens
         now = time.perf_counter()
-        full = []
         for slot, ids in slots.new_tokens().items():
             ticket = self._running.get((lane, slot))
             if ticket is None or ticket.cancelled:
                 continue
-            ids = ids[: ticket.request.max_tokens - ticket.produced]
             ticket.produced += len(ids)
             shown = [t for t in ids if t not in stops]  # (a stop token can only end a row)
             self.metrics.generation_tokens.inc(len(ids))
@@ -339,15 +363,10 @@ class Engine:
             ticket.last = now
             if shown:
                 ticket.send(Tokens(shown))
-            if ticket.produced >= ticket.request.max_tokens:
-                full.append(slot)
         for (ticket, request), completion, counters, j in slots.harvest():
             del self._running[lane, self._slot_of(lane, ticket)]
-            reason = completion.finish_reason
-            if len(completion.token_ids) > ticket.request.max_tokens:
-                reason = "length"  # (cut by max_tokens before its stop token)
             finished = Finished(
-                reason,
+                completion.finish_reason,
                 len(request.prompt),
                 ticket.produced,
                 completion.target_forwards,
@@ -357,8 +376,6 @@ class Engine:
             self.metrics.finished(finished, counters.stats.histogram[j])
             if not ticket.cancelled:
                 ticket.send(finished)
-        full = [slot for slot in full if (lane, slot) in self._running]  # (not harvested)
-        self._finish(lane, slots, full, "length")
 
     def _slot_of(self, lane: bool, ticket: Ticket) -> int:
         return next(s for (k, s), t in self._running.items() if k == lane and t is ticket)

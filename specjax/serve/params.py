@@ -5,38 +5,26 @@ from __future__ import annotations
 
 import uuid
 
-from specjax.decode.config import DecodeConfig
-from specjax.serve.engine import EngineRequest
+from specjax.serve.engine import Engine, EngineRequest
 from specjax.serve.protocol import ApiError, ChatRequest
 
+# The parameter a problem of a request's own values names, by the word it starts with
+# (ContinuousBatch.problem's messages, "sampling: " dropped).
+_PARAMS = dict(temperature="temperature", top_p="top_p", top_k="top_k", seed="seed")
+_PARAMS["max_new_tokens"] = "max_tokens"
 
-def engine_request(body, prompt: list[int], config: DecodeConfig) -> EngineRequest:
+
+def engine_request(body, prompt: list[int], engine: Engine) -> EngineRequest:
     """The engine request of an API ``body`` (a completion or chat request) whose prompt
     encodes to ``prompt``; a 400 naming the parameter for what the engine cannot honour.
 
-    Sampling is the server's (``config.sampling``) for every row: a request may repeat it but
-    not change it. ``max_tokens`` up to ``config.max_new_tokens`` is honoured by ending the
-    row early; a ``seed`` fixes the request's randomness (its draws depend on the server's seed
-    and this one alone).
+    ``temperature``, ``top_p`` and ``top_k`` (vLLM's -1: off) are the request's own sampling,
+    the server's where omitted; ``max_tokens`` ends the request's row (at most the server's
+    ``max_new_tokens``); a ``seed`` gives the draws ``generate([prompt], config, seed=seed)``
+    gives, whatever runs beside it. Unseeded requests draw from a fresh id.
     """
-    # TODO(row-sampling): once Request carries sampling, max_new_tokens and seed per row, pass
-    # temperature / top_p / top_k / max_tokens / seed through instead of refusing or cutting.
     _refuse_unsupported(body)
-    sampling = config.sampling
-    top_k = None if body.top_k is None else max(body.top_k, 0)  # -1 (vLLM) and 0: no top-k
-    for name, asked, served in (
-        ("temperature", body.temperature, sampling.temperature),
-        ("top_p", body.top_p, sampling.top_p),
-        ("top_k", top_k, sampling.top_k),
-    ):
-        if asked is not None and abs(asked - served) > 1e-6:
-            raise ApiError(
-                400,
-                f"{name}={asked} differs from this server's {name}={served}: every request is "
-                f"sampled with the server's settings for now; omit {name} or send {served}",
-                param=name,
-                code="unsupported_parameter",
-            )
+    config = engine.config
     asked = body.max_tokens
     if isinstance(body, ChatRequest) and body.max_completion_tokens is not None:
         asked = body.max_completion_tokens
@@ -44,13 +32,30 @@ def engine_request(body, prompt: list[int], config: DecodeConfig) -> EngineReque
     if asked is not None and asked > limit:
         raise ApiError(
             400,
-            f"max_tokens={asked} exceeds this server's max_new_tokens={limit}",
+            f"max_tokens={asked} exceeds this server's max_new_tokens={limit} (which sizes its "
+            f"caches); ask for at most {limit} or start the server with a larger max_new_tokens",
             param="max_tokens",
             code="unsupported_parameter",
         )
-    key_id = ["seed", body.seed] if body.seed is not None else ["request", uuid.uuid4().hex]
-    speculative = body.speculative and config.speculative
-    return EngineRequest(tuple(prompt), asked or limit, key_id, speculative)
+    own = {
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": None if body.top_k is None else max(body.top_k, 0),  # -1 (vLLM): off
+    }
+    own = {key: value for key, value in own.items() if value is not None}
+    job = EngineRequest(
+        tuple(prompt),
+        asked or limit,
+        ["request", uuid.uuid4().hex],
+        body.speculative and config.speculative,
+        sampling=own or None,  # (the server's values where omitted)
+        seed=body.seed,
+    )
+    why = engine.problem(job)
+    if why:
+        param = _PARAMS.get(why.removeprefix("sampling: ").split()[0].rstrip(":"))
+        raise ApiError(400, why, param=param, code="unsupported_parameter")
+    return job
 
 
 def _refuse_unsupported(body) -> None:

@@ -33,6 +33,9 @@ class ApiError(Exception):
         return {"error": error}
 
 
+MAX_TEMPERATURE = 100.0  # a sane bound (OpenAI's is 2; vLLM has none)
+
+
 class StreamOptions(BaseModel):
     model_config = pydantic.ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
@@ -44,10 +47,11 @@ class _Body(BaseModel):
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    # The ranges every server takes (what a server's verifier or drafter allows: params.py).
+    temperature: float | None = Field(default=None, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    top_k: int | None = Field(default=None, ge=-1)  # -1 (vLLM) and 0: off
+    seed: int | None = Field(default=None, ge=-(2**31), lt=2**31)  # the PRNG's int32
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -10,6 +10,7 @@ from specjax.serve.protocol import ApiError, ChatRequest
 
 # The parameter a problem of a request's own values names, by the word it starts with
 # (ContinuousBatch.problem's messages, "sampling: " dropped).
+# TODO(serve-errors): have ContinuousBatch.problem name the field instead of its first word.
 _PARAMS = dict(temperature="temperature", top_p="top_p", top_k="top_k", seed="seed")
 _PARAMS["max_new_tokens"] = "max_tokens"
 

@@ -186,7 +186,7 @@ def logit_error(torch, hf, pre, ids: list[int]) -> float:
     """max |specjax - transformers| / max |transformers| over the prompt's logits."""
     with torch.inference_mode():
         ref = hf(torch.tensor([ids])).logits.float().numpy()
-    ours = np.asarray(pre.model(jnp.asarray([ids], jnp.int32)))
+    ours = np.asarray(pre.model(jnp.asarray([ids], jnp.int32)).logits)
     return float(np.abs(ours - ref).max() / np.abs(ref).max())
 
 

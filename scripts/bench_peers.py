@@ -158,7 +158,7 @@ def check_export(torch, pre, hf_model, ids: list[int]) -> float:
     """Relative max logit difference of the exported model; exits when above 1e-4."""
     with torch.inference_mode():
         ref = hf_model(torch.tensor([ids])).logits.float().numpy()
-    ours = np.asarray(pre.model(jnp.asarray([ids], jnp.int32)))
+    ours = np.asarray(pre.model(jnp.asarray([ids], jnp.int32)).logits)
     err = float(np.abs(ours - ref).max() / np.abs(ref).max())
     if err > LOGIT_RTOL:
         sys.exit(f"error: exported {pre.config.name} logits differ by {err:.3g} > {LOGIT_RTOL}")

@@ -44,7 +44,7 @@ def tokens_for(target, n: int = 11, seed: int = 0) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def _block_outputs(graphdef, state, tokens, layers):
-    return nnx.merge(graphdef, state)(tokens, features=layers)[1]
+    return nnx.merge(graphdef, state)(tokens, features=layers).features
 
 
 def block_outputs(target, tokens, layers) -> jax.Array:

@@ -74,7 +74,7 @@ def aux_hidden_states(target_module, tokens, inputs, forward=None) -> np.ndarray
     layers = tuple(int(i) - 1 for i in inputs)
     tokens = jnp.asarray(np.asarray(tokens), jnp.int32)
     if forward is None:
-        hidden = target_module(tokens[None], features=layers)[1]
+        hidden = target_module(tokens[None], features=layers).features
     else:
         hidden = forward(target_module, tokens, layers)
     h = np.asarray(hidden, np.float64)[0]  # [T, A, D]

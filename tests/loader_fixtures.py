@@ -66,7 +66,7 @@ def random_params(config, seed=0) -> dict:
 
 
 def logits_of(config, params, tokens=TOKENS) -> np.ndarray:
-    return np.asarray(build_model(config, params)(jnp.asarray([tokens])))[0]
+    return np.asarray(build_model(config, params)(jnp.asarray([tokens])).logits)[0]
 
 
 def hf_reference_logits(t: dict, c, tokens=TOKENS) -> np.ndarray:

@@ -159,8 +159,8 @@ def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab, chunk=0):
         monkeypatch.setattr(attention, "CHUNK", chunk)
     prefill = nnx.jit(lambda m, x, c: m(x, cache=c))  # traced anew under this patch
     tree_call = nnx.jit(lambda m, x, c: m(x, cache=c, positions=positions, attn_mask=tree))
-    logits, c = prefill(model, tokens, cache)
-    more, _ = tree_call(model, tokens[:, :6], c.rollback(jnp.asarray([40, 23, 9], jnp.int32)))
+    logits, c, _ = prefill(model, tokens, cache)
+    more, _, _ = tree_call(model, tokens[:, :6], c.rollback(jnp.asarray([40, 23, 9], jnp.int32)))
     monkeypatch.undo()
     return np.asarray(logits), np.asarray(more)
 

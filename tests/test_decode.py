@@ -249,7 +249,7 @@ def test_tree_drafting_matches_chain_scoring(models):
     state = initial_state(draft, drafter, cfg, seed=3)
     propose = jax.jit(drafter.propose)
     out, _ = propose(state.draft_state, state.keys, state.tokens, state.lengths)
-    forward = jax.jit(lambda seq: draft(seq)[0])  # no cache; causal, so padding is harmless
+    forward = jax.jit(lambda seq: draft(seq).logits[0])  # no cache; causal, so padding is harmless
     for b, prompt in enumerate(PROMPTS):
         for k in range(3):
             seq = prompt + out.tokens[b, k].tolist()

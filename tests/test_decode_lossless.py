@@ -40,7 +40,7 @@ def exact_joint(target: PureModel, params: sampling.SamplingParams) -> np.ndarra
     seqs = np.array(list(itertools.product(range(V), repeat=NEW)))  # [V^3, 3]
     tokens = np.concatenate([np.tile(PROMPT, (len(seqs), 1)), seqs], axis=1)
     # compiled: eager, each op compiles on its own (3.5 s, against 0.4 s)
-    logits = jax.jit(lambda model, x: model(x))(target, jnp.asarray(tokens))
+    logits = jax.jit(lambda model, x: model(x).logits)(target, jnp.asarray(tokens))
     probs = sampling.probs_from_logits(logits, params)  # [V^3, T, V]
     p = np.asarray(probs, np.float64)
     start = len(PROMPT) - 1

@@ -32,7 +32,7 @@ def test_prompt_logits_equal_transformers(family):
     for prompt, want in zip(
         reference(name)["prompts"], reference(name)["prompt_logits"], strict=True
     ):
-        got = np.asarray(pre.model(jnp.asarray([prompt], jnp.int32)))[0]
+        got = np.asarray(pre.model(jnp.asarray([prompt], jnp.int32)).logits)[0]
         np.testing.assert_allclose(got, np.asarray(want, np.float32), atol=1e-4, rtol=0)
 
 
@@ -104,7 +104,7 @@ def test_bf16_weights_load_and_run(tmp_path):
     assert pre.model.layers[0].attn.wq[...].dtype == jnp.bfloat16
     prompts = reference("gemma2")["prompts"]
     for prompt, want in zip(prompts, reference("gemma2")["prompt_logits"], strict=True):
-        got = np.asarray(pre.model(jnp.asarray([prompt], jnp.int32)))[0]
+        got = np.asarray(pre.model(jnp.asarray([prompt], jnp.int32)).logits)[0]
         want = np.asarray(want, np.float32)
         assert np.abs(got - want).max() < 0.15 * np.abs(want).max()  # bf16: ~0.1 of 2.7
     drafter = ModelDrafter(truncated(pre.model, 2), num_paths=3, draft_len=3, sampling=GREEDY)

@@ -40,7 +40,7 @@ def test_training_recomputes_the_targets_own_law(family):
     head = fresh_head(model)
     prompt = jnp.asarray([reference(family)["prompts"][2]], jnp.int32)
     last = model.config.num_layers - 1
-    logits, hidden = model(prompt, features=(last,))  # [1, T, V], [1, T, 1, D]
+    logits, _, hidden = model(prompt, features=(last,))  # [1, T, V], [1, T, 1, D]
     x = hidden[:, :, 0]
     recomputed = rms(x, model.config.norm_eps, head.target_norm[...]) @ head.target_rows[...].T
     recomputed = softcap(recomputed, head.target_softcap)

@@ -117,7 +117,7 @@ def test_features_handed_to_the_head_are_the_targets_at_their_positions(target):
                  capacity=b.capacity, buffer=b.buffer)  # fmt: skip
     one = jax.jit(step, static_argnames=("config",))
     # Teacher-forced hidden states of whole rows (causal: what follows a row's length is moot).
-    forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers)[1])
+    forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers).features)
     for _ in range(4):
         ds = state.draft_state
         seen, n_p = np.asarray(ds.cache.lengths), np.asarray(ds.num_pending)
@@ -138,7 +138,7 @@ def test_training_forward_matches_drafting(target):
     same pairs (step 1: a pair fed with the head's own previous output)."""
     head = random_head(target, 8, layers=(1,))
     tokens = jnp.asarray([[3, 1, 4, 1, 5, 9, 2, 6]])
-    _, hidden = target(tokens, features=(1,))
+    hidden = target(tokens, features=(1,)).features
     t = tokens.shape[1]
     g0 = head.fuse(jnp.concatenate([jnp.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1))
     pos = jnp.arange(t)[None]

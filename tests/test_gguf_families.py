@@ -160,7 +160,7 @@ def ours(path) -> tuple:
     with warnings.catch_warnings():  # the tokenizer specjax cannot rebuild: see the last test
         warnings.simplefilter("ignore")
         pre = load_pretrained(path)
-    return pre.config, np.asarray(pre.model(np.asarray([PROMPT])))[0]
+    return pre.config, np.asarray(pre.model(np.asarray([PROMPT])).logits)[0]
 
 
 def rel(a, b) -> float:

@@ -22,7 +22,7 @@ def test_load_pretrained_from_every_format(tmp_path, untied):
     ck = from_gguf.save(tmp_path / "ck")
     for source in (gguf_path, hf_dir, ck):
         pre = load_pretrained(source)
-        logits = np.asarray(pre.model(jnp.asarray([TOKENS])))
+        logits = np.asarray(pre.model(jnp.asarray([TOKENS])).logits)
         assert logits.shape == (1, len(TOKENS), config.vocab_size)
         np.testing.assert_allclose(logits[0], want, atol=2e-4, rtol=1e-4)
     assert load_pretrained(ck).tokenizer.encode("hello") == from_gguf.tokenizer.encode("hello")

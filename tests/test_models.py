@@ -37,13 +37,13 @@ def test_cached_incremental_decoding_equals_full_forward(model):
     cfg = model.config
     b, t = 3, 12
     tokens = jax.random.randint(jax.random.key(1), (b, t), 0, cfg.vocab_size)
-    full = fwd(model, tokens)
+    full = fwd(model, tokens).logits
     assert full.shape == (b, t, cfg.vocab_size) and full.dtype == jnp.float32
     cache = KVCache.init(cfg, b, 40)
-    logits, cache = fwd(model, tokens[:, :5], cache=cache)
+    logits, cache, _ = fwd(model, tokens[:, :5], cache=cache)
     chunks = [logits]
     for i in range(5, t, 2):  # chunks of 2, then 1
-        logits, cache = fwd(model, tokens[:, i : i + 2], cache=cache)
+        logits, cache, _ = fwd(model, tokens[:, i : i + 2], cache=cache)
         chunks.append(logits)
     assert rel_err(jnp.concatenate(chunks, axis=1), full) < 1e-5
     np.testing.assert_array_equal(np.asarray(cache.lengths), [t] * b)
@@ -52,8 +52,8 @@ def test_cached_incremental_decoding_equals_full_forward(model):
 def test_logits_to_keep_runs_the_head_on_the_last_positions(model):
     cfg = model.config
     tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, cfg.vocab_size)
-    full, _ = model(tokens, cache=KVCache.init(cfg, 2, 16))
-    last, cache = model(tokens, cache=KVCache.init(cfg, 2, 16), logits_to_keep=2)
+    full, _, _ = model(tokens, cache=KVCache.init(cfg, 2, 16))
+    last, cache, _ = model(tokens, cache=KVCache.init(cfg, 2, 16), logits_to_keep=2)
     assert last.shape == (2, 2, cfg.vocab_size)
     np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -2:]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(cache.lengths), [9, 9])
@@ -64,12 +64,12 @@ def test_rows_with_different_lengths(model):
     cfg = model.config
     tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, cfg.vocab_size)
     cache = KVCache.init(cfg, 2, 32)
-    _, cache = fwd(model, tokens[:, :6], cache=cache)
+    _, cache, _ = fwd(model, tokens[:, :6], cache=cache)
     cache = cache.rollback(jnp.array([6, 4]))  # row 1 forgets its last two tokens
     nxt = jnp.stack([tokens[0, 6:8], tokens[1, 4:6]])
-    logits, cache = fwd(model, nxt, cache=cache)
-    assert rel_err(logits[0], fwd(model, tokens[:1, :8])[0, 6:]) < 1e-5
-    assert rel_err(logits[1], fwd(model, tokens[1:, :6])[0, 4:]) < 1e-5
+    logits, cache, _ = fwd(model, nxt, cache=cache)
+    assert rel_err(logits[0], fwd(model, tokens[:1, :8]).logits[0, 6:]) < 1e-5
+    assert rel_err(logits[1], fwd(model, tokens[1:, :6]).logits[0, 4:]) < 1e-5
 
 
 def tree_inputs(lengths, paths):
@@ -89,12 +89,12 @@ def test_tree_attention_equals_sequential_scoring(model):
     paths = jax.random.randint(jax.random.key(4), (b, k, l), 0, cfg.vocab_size)
     paths = paths.at[:, 1, :2].set(paths[:, 0, :2])  # paths 0 and 1 share a prefix
     cache = KVCache.init(cfg, b, 48)
-    _, cache = fwd(model, prefix, cache=cache)
+    _, cache, _ = fwd(model, prefix, cache=cache)
     tokens, positions, mask = tree_inputs(cache.lengths, paths)
-    logits, tree_cache = fwd(model, tokens, cache=cache, positions=positions, attn_mask=mask)
+    logits, tree_cache, _ = fwd(model, tokens, cache=cache, positions=positions, attn_mask=mask)
     assert int(tree_cache.lengths[0]) == prompt + k * l
     for j in range(k):
-        seq = fwd(model, jnp.concatenate([prefix, paths[:, j]], axis=1))[:, prompt:]
+        seq = fwd(model, jnp.concatenate([prefix, paths[:, j]], axis=1)).logits[:, prompt:]
         assert rel_err(logits[:, j * l : (j + 1) * l], seq) < 1e-5
 
 
@@ -104,9 +104,9 @@ def test_rollback_and_compaction_equal_decoding_the_accepted_tokens(model):
     prefix = jax.random.randint(jax.random.key(5), (b, prompt), 0, cfg.vocab_size)
     paths = jax.random.randint(jax.random.key(6), (b, k, l), 0, cfg.vocab_size)
     cache = KVCache.init(cfg, b, 32)
-    _, cache = fwd(model, prefix, cache=cache)
+    _, cache, _ = fwd(model, prefix, cache=cache)
     tokens, positions, mask = tree_inputs(cache.lengths, paths)
-    _, tree_cache = fwd(model, tokens, cache=cache, positions=positions, attn_mask=mask)
+    _, tree_cache, _ = fwd(model, tokens, cache=cache, positions=positions, attn_mask=mask)
     path = jnp.array([1, 0, 1])
     tau = jnp.array([2, 0, 3])  # mixed accepted lengths, including none and all
     sources = cache.lengths[:, None] + path[:, None] * l + jnp.arange(l)[None, :]
@@ -115,16 +115,16 @@ def test_rollback_and_compaction_equal_decoding_the_accepted_tokens(model):
     for i in range(b):
         accepted = paths[i, path[i], : tau[i]]
         ref = KVCache.init(cfg, 1, 32)
-        _, ref = fwd(model, jnp.concatenate([prefix[i], accepted])[None], cache=ref)
+        _, ref, _ = fwd(model, jnp.concatenate([prefix[i], accepted])[None], cache=ref)
         n = prompt + int(tau[i])
         np.testing.assert_allclose(compact.k[:, i, :n], ref.k[:, 0, :n], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(compact.v[:, i, :n], ref.v[:, 0, :n], rtol=1e-5, atol=1e-6)
     # Decoding on from the compacted cache matches a fresh forward over the accepted sequence.
     nxt = jnp.full((b, 1), 7)
-    logits, _ = fwd(model, nxt, cache=compact)
+    logits, _, _ = fwd(model, nxt, cache=compact)
     for i in range(b):
         seq = jnp.concatenate([prefix[i], paths[i, path[i], : tau[i]], nxt[i]])[None]
-        assert rel_err(logits[i, 0], fwd(model, seq)[0, -1]) < 1e-5
+        assert rel_err(logits[i, 0], fwd(model, seq).logits[0, -1]) < 1e-5
 
 
 def test_bfloat16_model_runs_close_to_fp32():
@@ -132,7 +132,7 @@ def test_bfloat16_model_runs_close_to_fp32():
     m32 = Decoder(cfg32, rngs=nnx.Rngs(0))
     m16 = Decoder(dataclasses.replace(cfg32, dtype="bfloat16"), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(7), (2, 8), 0, cfg32.vocab_size)
-    assert rel_err(fwd(m16, tokens), fwd(m32, tokens)) < 5e-2
+    assert rel_err(fwd(m16, tokens).logits, fwd(m32, tokens).logits) < 5e-2
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,7 @@ def test_the_laws_are_the_drafters_and_the_targets_teacher_forced(models):
     target, drafter = models[0], model_drafter(models, 3, 3)
     config = DecodeConfig("block", SAMPLED, 12)
     state = start(target, drafter, config)
-    forward = jax.jit(lambda x: probs_from_logits(target(x), config.sampling))
+    forward = jax.jit(lambda x: probs_from_logits(target(x).logits, config.sampling))
     propose = jax.jit(drafter.propose)
     for _ in range(2):
         before = state

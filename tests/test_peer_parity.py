@@ -128,7 +128,7 @@ def test_tiny_hf_llama_logits_match_transformers(variant, tmp_path):
     tokens = np.random.default_rng(1).integers(0, 101, (2, 300))
     with torch.inference_mode():
         ref = hf(torch.from_numpy(tokens)).logits.float().numpy()
-    ours = np.asarray(pre.model(jnp.asarray(tokens, jnp.int32)))
+    ours = np.asarray(pre.model(jnp.asarray(tokens, jnp.int32)).logits)
     assert ours.shape == ref.shape == (2, 300, 101)
     err = rel_max_diff(ours, ref)
     assert err <= LOGIT_RTOL, f"{variant}: max|diff|/max|ref| = {err:.3g} > {LOGIT_RTOL}"
@@ -229,7 +229,7 @@ def test_smollm2_prompt_logits_match_transformers(ours, hf_model, hf_tokenizer):
     ids = hf_tokenizer.encode(PROMPTS[2] + " " + TEXTS[3])
     with torch.inference_mode():
         ref = hf_model(torch.tensor([ids])).logits.float().numpy()
-    got = np.asarray(ours.model(jnp.asarray([ids], jnp.int32)))
+    got = np.asarray(ours.model(jnp.asarray([ids], jnp.int32)).logits)
     err = rel_max_diff(got, ref)
     assert err <= LOGIT_RTOL, f"max|diff|/max|ref| = {err:.3g} > {LOGIT_RTOL}"
     np.testing.assert_array_equal(got.argmax(-1), ref.argmax(-1))
@@ -237,13 +237,13 @@ def test_smollm2_prompt_logits_match_transformers(ours, hf_model, hf_tokenizer):
 
 @nnx.jit
 def _prefill(model, tokens, cache):
-    logits, cache = model(tokens, cache=cache)
+    logits, cache, _ = model(tokens, cache=cache)
     return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32), logits[:, -1], cache
 
 
 @nnx.jit
 def _decode(model, token, cache):
-    logits, cache = model(token[:, None], cache=cache)
+    logits, cache, _ = model(token[:, None], cache=cache)
     return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32), logits[:, -1], cache
 
 

@@ -37,7 +37,7 @@ def sliding_model(**overrides):
 def reference(model, prefix, path):
     """``[L, V]``: logits of each node of ``path`` from a plain causal forward."""
     seq = jnp.asarray([list(prefix) + list(path)], jnp.int32)
-    return np.asarray(model(seq))[0, len(prefix) - 1 : len(prefix) + len(path) - 1]
+    return np.asarray(model(seq).logits)[0, len(prefix) - 1 : len(prefix) + len(path) - 1]
 
 
 def draft_tokens():
@@ -51,11 +51,11 @@ def test_a_tree_scored_in_one_call_sees_windows_from_each_node(chunk, monkeypatc
     model = sliding_model()
     prefix, paths = draft_tokens()
     cache = KVCache.init(model.config, 1, 64)
-    _, cache = model(jnp.asarray([prefix[:-1]]), cache=cache)
+    _, cache, _ = model(jnp.asarray([prefix[:-1]]), cache=cache)
     # the root (last prefix token) then the paths in path-major order, as the target scores them
     tokens = np.concatenate([[prefix[-1]], paths[:, :-1].reshape(-1)])
     depths = tree.tree_depths(K, L - 1)
-    logits, _ = model(
+    logits, _, _ = model(
         jnp.asarray([tokens]),
         cache=cache,
         positions=jnp.asarray([PREFIX - 1 + depths]),
@@ -73,14 +73,14 @@ def test_a_tree_grown_level_by_level_sees_windows_from_each_node():
     model = sliding_model()
     prefix, paths = draft_tokens()
     cache = KVCache.init(model.config, 1, 64)
-    logits, cache = model(jnp.asarray([prefix]), cache=cache)
+    logits, cache, _ = model(jnp.asarray([prefix]), cache=cache)
     got = np.zeros((K, L, 50), np.float32)
     got[:, 0] = np.asarray(logits)[0, -1]
     lengths = jnp.asarray([PREFIX], jnp.int32)
     for depth in range(1, L):
         kv_mask = tree.draft_kv_mask(lengths, jnp.int32(depth), K)
         positions = jnp.full((1, K), PREFIX + depth - 1)
-        logits, cache = model(
+        logits, cache, _ = model(
             jnp.asarray(paths[None, :, depth - 1]),
             cache=cache,
             positions=positions,

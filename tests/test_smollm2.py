@@ -36,7 +36,7 @@ def test_smollm2_config_tokenizer_and_logits(smollm2):
         "Face<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
     )
     assert tok.encode(prompt)[:3] == [1, 9690, 198]  # <|im_start|> system \n
-    logits = np.asarray(smollm2.model(jnp.asarray([HF_IDS["The capital of France is"]])))[0]
+    logits = np.asarray(smollm2.model(jnp.asarray([HF_IDS["The capital of France is"]])).logits)[0]
     assert logits.shape == (5, 49152)
     assert tok.decode([int(logits[-1].argmax())]) == " Paris"
     # Reference: transformers 5.23 (torch 2.13 CPU) loading the same GGUF, float32. specjax

@@ -72,7 +72,7 @@ def test_branches_equal_contiguous_draft_runs():
     state = jax.jit(drafter.build)(state)
     cache = jax.device_get(state.cache)
     x = np.asarray(served.tokens[:, 0])
-    forward = jax.jit(lambda seq: draft(seq)[0])  # [T, V], no cache
+    forward = jax.jit(lambda seq: draft(seq).logits[0])  # [T, V], no cache
     for row in range(2):
         prefix = np.asarray(prompts[row, : int(lengths[row])]).tolist()
         for c in range(ssd.branches):

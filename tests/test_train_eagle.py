@@ -62,7 +62,7 @@ def test_shards_hold_the_targets_features(target, shard):
     assert len(offsets) == 9 and offsets[-1] == len(shard["tokens"])
     for r in (0, 5):
         row = shard["tokens"][offsets[r] : offsets[r + 1]]
-        _, hidden = target(jnp.asarray(row[None]), features=(1, 1, 0, 3))
+        hidden = target(jnp.asarray(row[None]), features=(1, 1, 0, 3)).features
         stored = shard["features"][offsets[r] : offsets[r + 1]]
         np.testing.assert_allclose(stored, hidden[0], atol=2e-3, rtol=2e-3)  # float16
         assert shard["prompt_lengths"][r] < len(row)
@@ -80,7 +80,7 @@ def test_teacher_forced_shards_score_given_answers(target, tmp_path):
     row = data["tokens"][: data["offsets"][1]]
     want = ChatStub().encode("#hi") + ChatStub().encode("a long enough answer here") + [1]
     assert list(row) == want
-    _, hidden = target(jnp.asarray(row[None]), features=(1, 1, 0, 3))
+    hidden = target(jnp.asarray(row[None]), features=(1, 1, 0, 3)).features
     np.testing.assert_allclose(data["features"][: len(row)], hidden[0], atol=2e-3, rtol=2e-3)
 
 

@@ -139,7 +139,7 @@ def test_feature_drafter_state_stays_in_step_over_skipped_steps():
     cfg = DecodeConfig("block", GREEDY, 24, widths=(0, 3))
     state = initial_state(target, drafter, cfg, FEATURE_PROMPTS)
     one = jax.jit(step, static_argnames=("config",))
-    forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers)[1])
+    forced = jax.jit(lambda m, x: m(x, features=drafter.feature_layers).features)
     costs = jnp.ones((2,), jnp.float32)
     for force in [0] * 6 + [1, 1] + [0] * 5 + [1]:
         state = one(target, drafter, state, cfg, W.WidthInputs(costs, jnp.int32(force)))

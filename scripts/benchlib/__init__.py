@@ -153,7 +153,7 @@ def forward_after(target, cache, lengths, tokens, positions=None, mask=None, *, 
     head computed on that row alone (prefill)."""
     cache = cache.rollback(lengths)
     keep = 1 if last_only else None
-    logits, cache = target(
+    logits, cache, _ = target(
         tokens, cache=cache, positions=positions, attn_mask=mask, logits_to_keep=keep
     )
     return (logits[:, -1] if last_only else logits), cache

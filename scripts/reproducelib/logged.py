@@ -65,7 +65,7 @@ def lump_undrafted(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _head_laws(target, drafter, tokens):
     """``(p, q) [B, T, V]``: the target's laws and the draft head's, teacher-forced on the
     target's features of the same forward (pair t holds g_{t-1}: zero at t = 0)."""
-    logits, hidden = target(tokens, features=feature_layers(drafter))  # hidden [B, T, A, D]
+    logits, _, hidden = target(tokens, features=feature_layers(drafter))  # hidden [B, T, A, D]
     head = drafter.head.module
     b, t = tokens.shape
     g = jnp.concatenate([jnp.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1)
@@ -79,8 +79,8 @@ def _head_laws(target, drafter, tokens):
 def _laws(target, drafter, tokens):
     if feature_layers(drafter):
         return _head_laws(target, drafter, tokens)
-    draft_logits = drafter.model(tokens)  # a model drafter
-    return probs_from_logits(target(tokens), PARAMS), probs_from_logits(draft_logits, PARAMS)
+    draft_logits = drafter.model(tokens).logits  # a model drafter
+    return probs_from_logits(target(tokens).logits, PARAMS), probs_from_logits(draft_logits, PARAMS)
 
 
 def log_distributions(pair: Pair, positions: int, seed: int = 0) -> Logged:

@@ -27,7 +27,7 @@ from specjax.drafters.base import (
     with_sampling,
 )
 from specjax.models.cache import KVCache
-from specjax.models.pure import PureModel, prefill
+from specjax.models.pure import PureModel, prefill, prefill_features
 from specjax.row_sampling import RowSampling
 from specjax.sampling import SamplingParams, split_keys
 from specjax.typing import Array, PRNGKey
@@ -78,7 +78,7 @@ def init_state(
     prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
     layers = feature_layers(drafter)
     if layers:  # a feature drafter reads the target's hidden states of the prompt
-        target_cache, hidden = prefill(target, prompts, prompt_lengths, capacity, layers)
+        target_cache, hidden = prefill_features(target, prompts, prompt_lengths, capacity, layers)
         draft_state = drafter.init(prompts, prompt_lengths, capacity, features=hidden)
     else:
         target_cache = prefill(target, prompts, prompt_lengths, capacity)
@@ -382,9 +382,7 @@ class TargetOut(NamedTuple):
 def target_forward(target: PureModel, tokens: Array, features: tuple[int, ...] = (), **kwargs):
     """The target's forward over ``tokens [B, T]`` as a :class:`TargetOut` (``kwargs``: the
     model's ``cache``, ``positions``, ``attn_mask``)."""
-    if features:
-        return TargetOut(*target(tokens, features=features, **kwargs))
-    return TargetOut(*target(tokens, **kwargs), None)
+    return TargetOut(*target(tokens, features=features, **kwargs))
 
 
 def score_tree(

@@ -128,7 +128,7 @@ class ModelDrafter(DrafterBase):
         seen = cache.lengths
         unseen = lengths - seen  # [B] 1 or 2
         idx = jnp.clip(seen[:, None] + jnp.arange(2)[None, :], 0, tokens.shape[1] - 1)
-        logits, cache = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
+        logits, cache, _ = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
         cache = cache.rollback(lengths)  # drop the padding token of rows with one unseen
         root = jnp.take_along_axis(logits, (unseen - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
         q_root = sampling.probs_from_logits(root, self.sampling)  # [B, V]
@@ -149,7 +149,7 @@ class ModelDrafter(DrafterBase):
             cache, draft, probs = carry
             kv_mask = tree.draft_kv_mask(lengths, depth, k_paths)  # own path and prefix
             positions = jnp.broadcast_to((lengths + depth - 1)[:, None], (b, k_paths))
-            logits, cache = self.model(
+            logits, cache, _ = self.model(
                 draft[:, :, depth - 1], cache=cache, positions=positions, kv_mask=kv_mask
             )
             q = sampling.probs_from_logits(logits, self.sampling)  # [B, K, V]
@@ -178,7 +178,7 @@ class ModelDrafter(DrafterBase):
 
             def run(cache):
                 idx = jnp.clip(cache.lengths[:, None] + span, 0, tokens.shape[1] - 1)
-                _, fed = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
+                _, fed, _ = self.model(jnp.take_along_axis(tokens, idx, axis=1), cache=cache)
                 return fed.rollback(jnp.minimum(cache.lengths + chunk, lengths - 1))
 
             return run

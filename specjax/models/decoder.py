@@ -14,6 +14,8 @@ Parameters carry logical axis names (metadata ``logical_axes``) used by the shar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -23,6 +25,21 @@ from specjax.models.cache import KVCache, write_slots
 from specjax.models.config import ModelConfig
 from specjax.models.rope import apply_rope, inverse_frequencies
 from specjax.typing import Array
+
+
+class Forward(NamedTuple):
+    """What every :class:`Decoder` call returns (one shape, whatever the arguments).
+
+    Attributes:
+      logits: fp32 ``[B, T, V]`` (``[B, logits_to_keep, V]`` where asked).
+      cache: the :class:`KVCache` with the T new entries appended, or None for a stand-alone
+        forward (no ``cache`` given).
+      features: fp32 ``[B, T, A, D]`` the hidden states of the ``features`` blocks, or None.
+    """
+
+    logits: Array
+    cache: KVCache | None
+    features: Array | None
 
 
 def _param(rngs: nnx.Rngs, shape, axes, config: ModelConfig, scale: float | None = None):
@@ -214,8 +231,9 @@ class Block(nnx.Module):
 class Decoder(nnx.Module):
     """A decoder of any supported family (:class:`~specjax.models.config.ModelConfig`).
 
-    Call as ``model(tokens)`` for full-sequence logits ``[B, T, V]``, or
-    ``model(tokens, cache=cache, positions=..., attn_mask=...)`` for ``(logits, cache)``.
+    Call as ``model(tokens).logits`` for full-sequence logits ``[B, T, V]``, or
+    ``model(tokens, cache=cache, positions=..., attn_mask=...)`` for ``(logits, cache, _)``
+    (a :class:`Forward` either way).
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
@@ -279,9 +297,10 @@ class Decoder(nnx.Module):
             is the embeddings (the input of block 0).
 
         Returns:
-          fp32 logits ``[B, T, V]`` if ``cache`` is None, else ``(logits, cache)`` with the new
-          entries appended (``lengths + T``). With ``features``, one more element: the hidden
-          states ``[B, T, A, D]`` (A = ``len(features)``, in the order given) of all T tokens.
+          A :class:`Forward`: fp32 ``logits [B, T, V]``; ``cache`` with the new entries
+          appended (``lengths + T``), None if no cache was given; with ``features`` the hidden
+          states ``[B, T, A, D]`` (A = ``len(features)``, in the order given) of all T tokens,
+          else None.
         """
         c = self.config
         b, t = tokens.shape
@@ -307,7 +326,8 @@ class Decoder(nnx.Module):
         if logits_to_keep is not None:
             x = x[:, t - logits_to_keep :]
         logits = self.logits(x)
-        out = (logits,) if standalone else (logits, KVCache(ks, vs, cache.lengths + t))
+        new_cache = None if standalone else KVCache(ks, vs, cache.lengths + t)
+        stacked = None
         if features:
             bad = [i for i in features if not -1 <= i < c.num_layers]
             if bad:
@@ -315,5 +335,5 @@ class Decoder(nnx.Module):
                     f"feature layers {bad} outside the model's blocks 0 .. {c.num_layers - 1} "
                     "(-1: the embeddings)"
                 )
-            out += (jnp.stack([hidden[i] for i in features], axis=2).astype(jnp.float32),)
-        return out[0] if len(out) == 1 else out
+            stacked = jnp.stack([hidden[i] for i in features], axis=2).astype(jnp.float32)
+        return Forward(logits, new_cache, stacked)

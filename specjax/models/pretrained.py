@@ -24,7 +24,7 @@ class Pretrained:
 
     Attributes:
       config: its :class:`ModelConfig`.
-      model: the :class:`Decoder` holding the weights; ``model(tokens [B, T])`` -> logits
+      model: the :class:`Decoder` holding the weights; ``model(tokens [B, T]).logits``
         ``[B, T, V]``.
       tokenizer: its tokenizer, or None when the source had none.
     """

@@ -16,6 +16,7 @@ from flax import nnx
 from specjax.models.cache import KVCache
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
+from specjax.typing import Array
 
 
 @jax.tree_util.register_dataclass
@@ -85,13 +86,7 @@ def truncated(module: Decoder, num_layers: int) -> Decoder:
     return draft
 
 
-def prefill(
-    model: PureModel | Decoder,
-    prompts,
-    prompt_lengths,
-    capacity: int,
-    features: tuple[int, ...] = (),
-):
+def prefill(model: PureModel | Decoder, prompts, prompt_lengths, capacity: int) -> KVCache:
     """The KV cache of every prompt but its last token (which the first step feeds).
 
     Args:
@@ -99,19 +94,23 @@ def prefill(
       prompts: int ``[B, T]`` right-padded prompts.
       prompt_lengths: int ``[B]`` true lengths (>= 1).
       capacity: S, slots of the returned cache.
-      features: blocks whose outputs are also returned (for a feature drafter).
 
     Returns:
-      A :class:`KVCache` with ``lengths = prompt_lengths - 1``; slots past it are stale. With
-      ``features``: ``(cache, hidden [B, T - 1, A, D])`` of the prefilled tokens.
+      A :class:`KVCache` with ``lengths = prompt_lengths - 1``; slots past it are stale.
     """
+    return prefill_features(model, prompts, prompt_lengths, capacity, ())[0]
+
+
+def prefill_features(
+    model: PureModel | Decoder, prompts, prompt_lengths, capacity: int, features: tuple[int, ...]
+) -> tuple[KVCache, Array]:
+    """:func:`prefill` and, in the same pass, ``hidden [B, T - 1, A, D]``: the outputs of the
+    ``features`` blocks at the prefilled tokens (for a feature drafter; A = ``len(features)``)."""
     b, t = prompts.shape
     cache = KVCache.init(model.config, b, capacity)
     hidden = jnp.zeros((b, 0, len(features), model.config.dim), jnp.float32)
     if t > 1:  # static: a batch of one-token prompts has nothing to prefill
-        if features:
-            _, cache, hidden = model(prompts[:, : t - 1], cache=cache, features=features)
-        else:
-            _, cache = model(prompts[:, : t - 1], cache=cache)
+        _, cache, out = model(prompts[:, : t - 1], cache=cache, features=features)
+        hidden = hidden if out is None else out
     cache = cache.rollback(jnp.asarray(prompt_lengths, jnp.int32) - 1)
-    return (cache, hidden) if features else cache
+    return cache, hidden

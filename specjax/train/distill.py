@@ -57,8 +57,8 @@ def distill_loss(target: nnx.Module, loss: str, temperature: float = 1.0) -> Los
 
     def loss_fn(draft: nnx.Module, batch: Array):  # batch [B, T+1]
         inputs = batch[:, :-1]
-        q_logits = draft(inputs)  # [B, T, V]
-        p_logits = jax.lax.stop_gradient(nnx.merge(graphdef, params)(inputs))
+        q_logits = draft(inputs).logits  # [B, T, V]
+        p_logits = jax.lax.stop_gradient(nnx.merge(graphdef, params)(inputs).logits)
         if p_logits.shape[-1] != q_logits.shape[-1]:
             raise ValueError(
                 f"draft vocab ({q_logits.shape[-1]}) != target vocab ({p_logits.shape[-1]})"
@@ -86,7 +86,7 @@ def acceptance_metrics(
     @nnx.jit
     def measure(target, draft, batch):
         inputs, labels = batch[:, :-1], batch[:, 1:]
-        p_logits, q_logits = target(inputs), draft(inputs)
+        p_logits, q_logits = target(inputs).logits, draft(inputs).logits
         d = divergences(p_logits, q_logits, temperature)
         ce = optax.softmax_cross_entropy_with_integer_labels
         return {
@@ -124,14 +124,14 @@ def sample_from_target(
 
     @nnx.jit
     def run(model, prompts, cache, key):
-        logits, cache = model(prompts, cache=cache)
+        logits, cache, _ = model(prompts, cache=cache)
 
         def body(i, carry):
             cache, last, out, key = carry
             key, sub = jax.random.split(key)
             token = jax.random.categorical(sub, last / temperature).astype(jnp.int32)  # [B]
             out = out.at[:, i].set(token)
-            logits, cache = model(token[:, None], cache=cache)
+            logits, cache, _ = model(token[:, None], cache=cache)
             return cache, logits[:, -1], out, key
 
         out = jnp.zeros((b, num_new), jnp.int32)

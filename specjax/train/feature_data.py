@@ -50,7 +50,7 @@ def encode_chat(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 
 @functools.partial(jax.jit, static_argnames=("layers",))
 def _features(model, tokens, layers):  # tokens [B, T] -> [B, T, A, D] float16
-    _, feats = model(tokens, features=layers)
+    feats = model(tokens, features=layers).features
     return feats.astype(jnp.float16)
 
 

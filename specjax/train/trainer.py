@@ -107,7 +107,7 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 
 def lm_loss(model: nnx.Module, batch: Array) -> tuple[Array, dict]:
     """Next-token cross-entropy on ``batch [B, T+1]`` (mean over tokens, nats)."""
-    logits = model(batch[:, :-1])  # [B, T, V]
+    logits = model(batch[:, :-1]).logits  # [B, T, V]
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
     return loss, {}
 

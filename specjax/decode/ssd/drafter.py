@@ -200,7 +200,7 @@ class SSDDrafter(DrafterBase):
         base = state.lengths - 1  # [B] committed draft-cache entries
         x = jnp.maximum(state.served.tokens[:, 0], 0)  # [B, L]
         last = jnp.take_along_axis(state.tokens, base[:, None], axis=1)  # [B, 1]
-        logits, kv = self.model(jnp.concatenate([last, x], axis=1), cache=state.kv)  # glue
+        logits, kv, _ = self.model(jnp.concatenate([last, x], axis=1), cache=state.kv)  # glue
         # Bonus candidates: the draft's top tokens at each position, the drafted one excluded.
         drafted = jnp.concatenate([x, jnp.full((b, 1), -1, jnp.int32)], axis=1)  # [B, L + 1]
         vocab = jnp.arange(logits.shape[-1])[None, None, :]
@@ -291,7 +291,7 @@ def decode_branches(
         kv, fed, probs = carry
         kv_mask = tree.level_kv_mask(visible, scratch, d + 1)  # own branch, glue, prefix
         positions = base[:, None] + glue + d  # [B, C]
-        logits, kv = model(
+        logits, kv, _ = model(
             fed[:, :, d], cache=kv.rollback(scratch + d * c), positions=positions, kv_mask=kv_mask
         )
         sampled, declared = laws(logits)  # [B, C, V]

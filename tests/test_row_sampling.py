@@ -81,7 +81,7 @@ def reference_law(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 def two_token_law(target: PureModel, params: SamplingParams) -> np.ndarray:
     """``[V * V]`` the law of the first two generated tokens after PROMPT."""
     seqs = np.array([[*PROMPT, a] for a in range(V)])
-    logits = np.asarray(jax.jit(lambda m, x: m(x))(target, jnp.asarray(seqs)))  # [V, T, V]
+    logits = np.asarray(jax.jit(lambda m, x: m(x).logits)(target, jnp.asarray(seqs)))  # [V, T, V]
     first = reference_law(logits[0, len(PROMPT) - 1], params)
     second = np.stack([reference_law(logits[a, len(PROMPT)], params) for a in range(V)])
     return (first[:, None] * second).reshape(-1)

@@ -112,23 +112,6 @@ def test_goodput_drafts_where_drafts_pay_and_never_with_a_hint_of_zero():
         assert int(policy.choose(good, dear, hints, active, False)[0]) == want, most
 
 
-def test_hold_keeps_a_draft_going_below_the_bar_that_starts_one():
-    """Estimates just below break-even: width 0 after a width-0 step (the margin's bar), but
-    drafting goes on after a drafting step down to ``hold`` times that bar; estimates clearly
-    below it stop the draft."""
-    widths, hint, active = (0, 3), jnp.full((2,), 3, jnp.int32), rows(2)
-    costs = inputs([1.0, 1.6])  # 1 + E must beat 1.68 to start, 1.26 to go on (hold 0.75)
-    policy = W.Goodput()
-    for last, p, want in [(0, 0.4, 0), (1, 0.4, 3), (-1, 0.4, 0), (1, 0.15, 0), (0, 0.6, 3)]:
-        # (E: 0.4 + 0.16 + 0.064 = 0.62; 0.15: 0.18; 0.6: 1.18)
-        control = control_with(2, 3, widths, p, last=jnp.int32(last), wait=jnp.int32(8))
-        index, _ = policy.choose(control, costs, hint, active, False)
-        assert widths[int(index)] == want, (last, p)
-    control = control_with(2, 3, widths, 0.4, last=jnp.int32(1), wait=jnp.int32(8))
-    index, _ = W.Goodput(hold=1.0).choose(control, costs, hint, active, False)
-    assert int(index) == 0  # without hold the same estimates stop the draft
-
-
 def test_a_forced_width_is_taken_whatever_the_estimates_and_leaves_the_waits_alone():
     widths, hint, active = (0, 2, 4), jnp.full((2,), 4, jnp.int32), rows(2)
     bad = control_with(2, 4, widths, 0.1, wait=jnp.int32(16), idle=jnp.int32(16))

@@ -200,10 +200,7 @@ def test_idle_runs_take_the_widths_stepping_by_hand_takes(models):
     target, draft = models
     params = sampling.SamplingParams(1.0)
     drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=params)
-    # (hold=1: a probe of these random models' drafts does not keep drafting, so both idle
-    # runs and probes happen)
-    policy = W.Goodput(hold=1.0)
-    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3), width_policy=policy)
+    cfg = DecodeConfig("block", params, NEW_TOKENS, widths=(0, 1, 3))
     program = jax.jit(decode_program, static_argnames=("config",))
     one = jax.jit(step, static_argnames=("config",))
     choose = jax.jit(choose_width, static_argnames=("config",))

@@ -20,8 +20,7 @@ The policies:
   of "draft position i was accepted, given positions < i were", from hard verdicts or, for chain
   steps that report it, their expectation Σ min(p, q) (:attr:`DecodeConfig.soft_verdicts`). Each
   step takes the width with the batch's best expected goodput ``sum_b (1 + E_b[accepted | w]) /
-  costs[w]`` (a drafting width must beat width 0 by :attr:`Goodput.margin` to start; while it
-  drafts, :attr:`Goodput.hold` lowers that bar). A width-0 step
+  costs[w]`` (a drafting width must beat width 0 by :attr:`Goodput.margin`). A width-0 step
   shows a drafter nothing, so after :attr:`Goodput.probe` width-0 steps it tries
   ``widths[1]`` once, and the wait doubles after each probe that does not restart drafting (to
   :attr:`Goodput.probe_max`). A drafter with a free look at its first token (n-gram lookup)
@@ -195,18 +194,16 @@ def _counted(control: WidthControl, index: Array, active: Array) -> WidthControl
 class Goodput:
     """The default policy (module docstring); its knobs, each a field.
 
-    TODO(width-policy): a probe after a long idle run pays a lazy draft's catch-up of the
-    tokens it missed, which the costs do not price.
+    TODO(width-policy): at temperature 0 a draft that pays modestly (SmolLM2's head, acceptance
+    ~0.6) is stopped by two or three 0/1 rejections in a row and its doubling probes then wait
+    (BENCHMARKS.md: 1.06x against fixed drafting's 1.15x); a probe after a long idle run also
+    pays a lazy draft's catch-up, which the costs do not price.
 
     Attributes:
       rate: the weight of the newest verdict in the moving average (the first few weigh
         ``1 / (seen + 1 + prior_weight)``).
       prior_weight: how many verdicts the default prior counts as.
-      margin: how much a drafting width's expected goodput must beat width 0's to start
-        drafting.
-      hold: the margin's factor while drafting (after a drafting step): a draft that pays is
-        not stopped by a short run of rejections (the average of a few 0/1 verdicts swings
-        widely), only once it looks clearly below break-even.
+      margin: how much a drafting width's expected goodput must beat width 0's.
       first_probe: width-0 steps before a generation's first probe (0: its first step drafts).
       probe, probe_max: the wait after a probe, doubling after each to at most ``probe_max``.
       reveal: for a drafter with a free look, the first-token estimate from which a row's
@@ -220,12 +217,10 @@ class Goodput:
     probe: int = 8
     probe_max: int = 128
     reveal: float = 0.8
-    hold: float = 0.75
 
     def choose(self, control, inputs, hint, active, look):
         widths = control.widths
-        margin = self.margin * jnp.where(control.last > 0, self.hold, 1.0)
-        best = best_width(control.accept, inputs.costs, hint, active, widths, margin)
+        best = best_width(control.accept, inputs.costs, hint, active, widths, self.margin)
         can_draft = jnp.any(active & (hint > 0)) & could_pay(inputs.costs, widths, self.margin)
         wait = self._wait(control)
         probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft

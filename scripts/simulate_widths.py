@@ -133,6 +133,7 @@ SCENARIOS = {
     "Shakespeare T=0 (0.67-0.99, cost 3.1, catch-up 0.03)": Scenario(
         steady(SHAKESPEARE_T0), (1.0, 3.1), catch_up=0.03
     ),
+    "mild loss: acceptance 0.3, cost 1.6": Scenario(steady([0.3] * 3), (1.0, 1.6), switch=0.08),
     "break-even: acceptance 0.85, cost 3.2": Scenario(steady([0.85] * 3), (1.0, 3.2), switch=0.1),
     # Changes of regime.
     "0.8 -> 0.1 after 60 tokens, cost 1.6": Scenario(

@@ -50,6 +50,9 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request at
 _SLOTS = flags.DEFINE_integer("slots", 16, "specjax serve's slots (rows decoded together).")
 _THREADS = flags.DEFINE_integer("threads", 2, "transformers serve's torch threads (OMP).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown report to this file.")
+_SERVE_FLAGS = flags.DEFINE_list(
+    "serve_flags", [], "More --config.key=value flags for specjax serve (e.g. the verifier)."
+)
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run (flags given explicitly still win).")
 
 QUICK = dict(systems=["specjax"], concurrency=["1"], requests=1, mtbench=0, max_tokens=8)
@@ -104,6 +107,7 @@ def specjax_server(port: int):
     command = [sys.executable, "-m", "specjax.serve", "--config", _CONFIG.value]
     command += [f"--config.port={port}", f"--config.slots={_SLOTS.value}", "--config.temperature=0"]
     command += [f"--config.max_new_tokens={value('max_tokens')}", "--config.served_model_name=m"]
+    command += _SERVE_FLAGS.value
     return serving(command, port)
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import benchlib
+import pytest
 from benchlib.accelerator import QUICK, SECTIONS
 from benchlib.accelerator.kernels import decode_models
 from benchlib.accelerator.shared import Bench
@@ -20,6 +21,7 @@ import specjax
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~80 s on 2 cores: a benchmark's smoke run, like test_bench_serve's
 def test_quick_run_writes_every_section(tmp_path):
     cmd = [sys.executable, "scripts/bench_accelerator.py", "--quick", f"--out_dir={tmp_path}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)

@@ -105,15 +105,8 @@ def create_app(engine: Engine, tokenizer, serve: ServeConfig) -> FastAPI:
             raise ApiError(400, why, param="messages" if chat else "prompt", code=code)
         job = engine_request(body, ids, engine)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-
-        def sink(event):
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, event)
-            except RuntimeError:  # the loop is closed (server stopped): no one reads it
-                pass
-
         try:
-            ticket = engine.submit(job, sink)
+            ticket = engine.submit(job, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
         except QueueFull as err:
             raise ApiError(
                 429, f"the queue is full ({err}); retry later", headers={"Retry-After": "1"}

@@ -181,7 +181,7 @@ class ContinuousBatch:
         self.seed, self.chunk, self.refill = seed, chunk, refill
         self.metrics: Metrics | None = None
         self.progress: Progress | None = None
-        self._rows = rows
+        self._per_row = rows  # (a bool: ``Slots.rows`` is the row count)
         # this run's: with ``rows`` where a request has its own values (or from the start)
         self._config = dataclasses.replace(config, rows=True) if rows else config
 
@@ -321,7 +321,7 @@ class ContinuousBatch:
         # Shortest prompt bucket first: S grows with the prompts (a cache slot costs attention
         # in every step), without draining the rows that run.
         waiting = collections.deque(sorted(waiting, key=lambda w: (self._width(w[1]), w[0])))
-        per_row = self.config.rows or self._rows or any(self._own_values(r) for _, r in waiting)
+        per_row = self.config.rows or self._per_row or any(self._own_values(r) for _, r in waiting)
         self._config = dataclasses.replace(self.config, rows=per_row)
         rows = min(self.slots, -(-len(waiting) // self._multiple) * self._multiple)
         slots = Slots(self, self._width(waiting[0][1]), rows)

@@ -68,7 +68,8 @@ def observed_step(
     """
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     k_draft = draft_keys(state, config, k_draft)
-    drafting = with_sampling(drafter, laws_of(state, config))
+    params = laws_of(state, config)  # the rows' own sampling, or the config's
+    drafting = with_sampling(drafter, params)
     draft, draft_state = drafting.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     k_paths, l_len = draft.tokens.shape[1:]
     layers = feature_layers(drafter)
@@ -86,7 +87,6 @@ def observed_step(
     draft_state = drafter.commit(
         state.draft_state, draft_state, state.lengths, path, tau, ~state.done, **extra
     )
-    params = laws_of(state, config)
     target_probs = tree_laws(config, logits, k_paths, l_len, params)  # [B, K, L + 1, V]
     laws = StepLaws(
         tokens=draft.tokens,

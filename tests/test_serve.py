@@ -257,6 +257,36 @@ def test_a_seeded_request_equals_offline_generate_with_its_values(sampled):
     assert answer.usage.completion_tokens == len(ids)
 
 
+def test_a_gumbel_server_with_adaptive_widths_gives_each_seed_its_autoregressive_sample(greedy):
+    """Verifier ``gumbel`` keeps adaptive widths in a per-row server: a seeded sampled request's
+    text is the same with speculation on and off (drafter-invariant), concurrently too, and a
+    temperature-0 request is the greedy server's."""
+    server, _, _ = _start(verifier="gumbel", widths="auto", temperature=1.0)
+    try:
+        client = _client(server)
+        ask = lambda i, spec: (
+            client.completions.create(
+                model=MODEL,
+                prompt="g" * (1 + 5 * i),
+                max_tokens=20,
+                seed=40 + i,
+                extra_body={"speculative": spec, **OWN[i % 4]},
+            )
+            .choices[0]
+            .text
+        )
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            spec = list(pool.map(lambda i: ask(i, True), range(8)))
+        plain = [ask(i, False) for i in range(8)]
+        assert spec == plain
+        greedy_text = _client(greedy[0]).completions.create(model=MODEL, prompt="g", max_tokens=20)
+        zero = client.completions.create(model=MODEL, prompt="g", max_tokens=20, temperature=0.0)
+        assert zero.choices[0].text == greedy_text.choices[0].text
+    finally:
+        server.drain()
+        server.join(30)
+
+
 BAD = [
     # (body or raw bytes, status, param)
     (b"{not json", 400, None),

@@ -110,6 +110,7 @@ class Ticket:
         self.produced = 0  # ids generated so far (stop tokens included)
         self.submitted = time.perf_counter()
         self.last: float | None = None  # when ids last came
+        self.slot: int | None = None  # its row while it runs
 
     def send(self, event) -> None:
         try:
@@ -277,6 +278,7 @@ class Engine:
                 for slot in slots.admit(waiting):
                     ticket = slots.holder[slot][0]
                     self._running[lane, slot] = ticket
+                    ticket.slot = slot
                     self.metrics.prompt_tokens.inc(len(ticket.request.prompt))
             with self._cond:
                 self._admitting = 0
@@ -364,7 +366,7 @@ class Engine:
             if shown:
                 ticket.send(Tokens(shown))
         for (ticket, request), completion, counters, j in slots.harvest():
-            del self._running[lane, self._slot_of(lane, ticket)]
+            del self._running[lane, ticket.slot]
             finished = Finished(
                 completion.finish_reason,
                 len(request.prompt),
@@ -376,6 +378,3 @@ class Engine:
             self.metrics.finished(finished, counters.stats.histogram[j])
             if not ticket.cancelled:
                 ticket.send(finished)
-
-    def _slot_of(self, lane: bool, ticket: Ticket) -> int:
-        return next(s for (k, s), t in self._running.items() if k == lane and t is ticket)

@@ -1,58 +1,64 @@
 """Kernel-backed decode attention: the committed prefix by a decode kernel, the new tokens'
 block densely, the two merged exactly.
 
-:func:`specjax.models.attention.attend` calls :func:`attend_kernel` when
-:data:`specjax.models.attention.KERNEL` is not ``"xla"`` (set it with
-:func:`specjax.models.attention.set_kernel`; a module constant read while tracing, like
-``attention.CHUNK``: clear the program cache after changing it). The XLA path
-(:func:`~specjax.models.attention.attend_windows`) stays the default and the reference.
+The switch: ``specjax.models.attention.KERNEL``, one of :data:`KERNELS`: ``"xla"`` (the
+default and the reference, :func:`~specjax.models.attention.attend_windows`), ``"pallas"`` or
+``"cudnn"``. Set it with ``attention.set_kernel("pallas")`` (checked against the backend; it
+returns the previous value), or for a whole process with the environment variable
+``SPECJAX_ATTENTION_KERNEL=pallas``, so that a benchmark is A/B'd without a flag of its own. It
+is read while a model call is traced, like ``attention.CHUNK``: clear the program cache
+(``specjax.decode.seams.PROGRAMS.clear()``, ``jax.clear_caches()``) after changing it in a
+process. ``scripts/check_attention_kernels.py`` compares and times the kernels on one device.
 
 Every new token of a call sees the same committed prefix (the slots below ``lengths``) and,
 among the T new tokens, what ``new_mask [B, T, T]`` allows (causal, or a draft tree's ancestor
-mask). So a call splits into two parts, each with its own running maximum, sum and
-un-normalised weighted sum of values (the online softmax of flash attention), merged by
-log-sum-exp at the end:
+mask). So a call splits into two parts, each with its own maximum, sum and un-normalised
+weighted sum of values (:class:`Part`), merged by log-sum-exp (the online softmax's merge):
 
-* **the prefix**, by a kernel, the T new tokens folded into the query heads of their key/value
-  head (``[B, G, T * R, E]``: a decode kernel takes one query block per key/value head):
+* **The prefix**, by a kernel, the T new tokens folded into the query rows of their key/value
+  head (``[B, G, T * R, E]``: a decode kernel takes one block of queries per key/value head).
 
-  - ``"pallas"``: the split-K flash-decoding kernel of
-    ``jax.experimental.pallas.ops.gpu.decode_attention`` (Pallas on Triton; the kernel body
-    is JAX's, :func:`~jax.experimental.pallas.ops.gpu.decode_attention.attn_forward_kernel`),
-    called here over the stacked cache ``[N, B, S, G, E]`` in place: its grid is (query
-    block, K split, row, key/value head) and each block reads one layer's ``[split, E]`` slice
-    of one row and head, so no slice, transpose or pad of the cache is made (JAX's own ``gqa``
-    wrapper transposes the cache to ``[B, G, S, E]``: a copy per layer and call). Each split
-    reads only the blocks of :data:`BLOCK_K` slots below the row's length, so a call costs the
-    live length, not the capacity. The last ``S mod BLOCK_K`` slots go to the dense part
-    instead (the kernel's loads are not masked: a block past the capacity would read past the
-    buffer). Off a GPU it runs in Pallas' interpret mode (CPU tests; slow, not a fast path).
+  - ``"pallas"``: JAX's split-K flash-decoding kernel (Pallas on Triton, the body of
+    ``jax.experimental.pallas.ops.gpu.decode_attention.attn_forward_kernel``), called here over
+    the stacked cache ``[N, B, S, G, E]`` in place: its grid is (query block, K split, row,
+    key/value head) and each program reads one layer's ``[split, E]`` slice of one row and
+    head, so the cache is not sliced, transposed or padded (JAX's ``gqa`` wrapper transposes it
+    to ``[B, G, S, E]``: a copy per layer and call). Each split loops over the blocks of
+    :data:`BLOCK_K` slots that hold the row's prefix, so a call costs the live length, not the
+    capacity; it reads stale slots up to the end of the last block (masked; a cache's stale
+    slots are old entries or zeros, finite). The last ``S mod BLOCK_K`` slots go to the dense
+    part instead: the kernel's loads are not masked, and a block past the capacity would read
+    past the buffer. Off a GPU it runs in Pallas' interpret mode (the CPU tests; slow).
   - ``"cudnn"``: cuDNN's fused attention, ``jax.nn.dot_product_attention(...,
-    implementation="cudnn", key_value_seq_lengths=lengths, return_residual=True)`` over the
-    static window of the first X slots (:func:`specjax.models.attention.windows`, chosen on
-    device) that holds the longest row. Its output is normalised and its residual is the
-    log-sum-exp, the same part with maximum ``lse`` and sum 1. GPU only, bf16 or fp16 only:
-    anything else is refused with one error (not a silent fall back, which would turn an A/B
-    into XLA against XLA). The window is sliced out of the stacked cache: a copy of the live
-    window per layer and call, until the cache is kept per layer (ACCELERATOR.md, change 6).
-    cuDNN returns the log-sum-exp in the compute dtype (bf16): its rounding (~0.4%) weighs
-    the prefix against the new tokens.
+    implementation="cudnn", key_value_seq_lengths=lengths, return_residual=True)``, over the
+    static window of the first X slots that holds the longest row
+    (:func:`specjax.models.attention.windows`, chosen on device). Its output is normalised and
+    its residual is the log-sum-exp: a part with maximum ``lse`` and sum 1. A GPU and bf16 or
+    fp16 only; anything else is refused with one error, not a silent fall back (which would
+    turn an A/B into XLA against XLA). The window is sliced out of the stacked cache, a copy of
+    the live window per layer and call, until the cache is kept per layer. cuDNN returns the
+    log-sum-exp in the compute dtype: bf16's rounding (~0.4%) weighs the prefix against the new
+    tokens.
 
-* **the new tokens** (and the ``"pallas"`` path's last ``S mod BLOCK_K`` slots), dense in XLA:
-  ``[B, G, R, T, T + tail]`` scores, masked by ``new_mask``.
+* **The new tokens** (and the ``"pallas"`` path's last ``S mod BLOCK_K`` slots), dense in XLA:
+  ``[B, G, R, T, tail + T]`` scores, with the products of the XLA path.
 
-Statically, per layer, these fall back to the XLA path (one log line per reason): a
-``kv_mask`` (a tree grown over several calls sees its ancestors among slots past the
-committed prefix: not a prefix plus a block), ``softcap`` (Gemma 2: neither kernel soft-caps),
-a sliding ``window`` with T > 1 (the new tokens' positions differ, and the kernel takes one
-start per row; with T = 1 ``"pallas"`` starts each row at its window, ``"cudnn"`` falls back),
-and for ``"pallas"`` a head size that is not a power of two (Triton's loads) or a cache whose
-dtype is not the compute dtype.
+Statically, per layer and call, these take the XLA path instead (one log line per reason, at
+INFO): a ``kv_mask`` (a tree grown over several calls sees its ancestors among slots past the
+committed prefix: not a prefix and a block), more than :data:`MAX_NEW` new tokens (a prefill),
+``softcap`` (Gemma 2: neither kernel soft-caps), a sliding ``window`` with T > 1 (the new
+tokens' positions differ and the kernel takes one start per row; with T = 1 ``"pallas"``
+starts each row at its window, ``"cudnn"`` falls back), and for ``"pallas"`` a head size that
+is not a power of two (Triton's loads) or a cache whose dtype is not the compute dtype.
+``"pallas"`` on a TPU is refused (its kernel, ragged paged attention, is not wired).
 
-Equal to :func:`~specjax.models.attention.attend_windows` within 1e-5 in fp32 (interpret
-mode on CPU; tests/test_attention_kernels.py): the merges reorder the softmax's sums. On a GPU
-Triton's dots of fp32 inputs may run in TF32 (precision left to JAX's default), so fp32
-models need a looser comparison there; bf16 is the GPU case.
+In fp32 on a CPU (interpret mode; ``cudnn``'s merge through the XLA implementation of the
+same call) the output equals ``attend_windows``' within 5e-7 and a tiny model's logits within
+2.4e-6, the same greedy tokens (tests/test_attention_kernels.py): the merges reorder the
+softmax's sums. On a GPU, Triton's dots of fp32 inputs may run in TF32 (the precision is left
+to JAX's default), so fp32 needs a looser comparison there; bf16 is the GPU case, and there the
+kernel keeps its partial outputs in fp32. Not tried under a mesh: XLA's sharding does not
+split a ``pallas_call``, so with the heads sharded keep ``"xla"`` (or wrap it in ``shard_map``).
 """
 
 from __future__ import annotations
@@ -82,6 +88,10 @@ K_SPLITS = 16
 
 BLOCK_H = 16
 """Query rows per Pallas program (Triton's dot needs >= 16; T * R rows per key/value head)."""
+
+MAX_NEW = 64
+"""Calls of more new tokens than this (a prefill) take the XLA path: a decode kernel is for
+decode steps and verification, and a prefill's T x T block is most of its work."""
 
 _LOW = float(jnp.finfo(jnp.float32).min)
 _log = logging.getLogger(__name__)
@@ -140,7 +150,9 @@ def fallback(
             f"{jnp.dtype(dtype).name}: use 'pallas' or 'xla'"
         )
     reason = None
-    if kv_mask is not None:
+    if q.shape[1] > MAX_NEW:
+        reason = f"more than {MAX_NEW} new tokens (a prefill)"
+    elif kv_mask is not None:
         reason = "a kv_mask (a tree grown over several calls)"
     elif softcap is not None:
         reason = "soft-capped scores"

@@ -48,8 +48,8 @@ INFO): a ``kv_mask`` (a tree grown over several calls sees its ancestors among s
 committed prefix: not a prefix and a block), more than :data:`MAX_NEW` new tokens (a prefill),
 ``softcap`` (Gemma 2: neither kernel soft-caps), a sliding ``window`` with T > 1 (the new
 tokens' positions differ and the kernel takes one start per row; with T = 1 ``"pallas"``
-starts each row at its window, ``"cudnn"`` falls back), and for ``"pallas"`` a head size that
-is not a power of two (Triton's loads) or a cache whose dtype is not the compute dtype.
+starts each row at its window, ``"cudnn"`` falls back), a cache whose dtype is not the compute
+dtype, and for ``"pallas"`` a head size that is not a power of two (Triton's loads).
 ``"pallas"`` on a TPU is refused (its kernel, ragged paged attention, is not wired).
 
 In fp32 on a CPU (interpret mode; ``cudnn``'s merge through the XLA implementation of the
@@ -158,12 +158,10 @@ def fallback(
         reason = "soft-capped scores"
     elif window is not None and (kernel == "cudnn" or q.shape[1] > 1):
         reason = "a sliding window" + ("" if kernel == "cudnn" else " with T > 1")
-    elif kernel == "pallas":
-        e = q.shape[-1]
-        if e & (e - 1):
-            reason = f"head size {e}, not a power of two"
-        elif cache_k.dtype != jnp.dtype(dtype):
-            reason = f"a {cache_k.dtype} cache with {jnp.dtype(dtype).name} compute"
+    elif cache_k.dtype != jnp.dtype(dtype):
+        reason = f"a {cache_k.dtype} cache with {jnp.dtype(dtype).name} compute"
+    elif kernel == "pallas" and q.shape[-1] & (q.shape[-1] - 1):
+        reason = f"head size {q.shape[-1]}, not a power of two"
     if reason is not None and (kernel, reason) not in _told:
         _told.add((kernel, reason))
         _log.info("attention kernel %r: %s goes to the XLA path", kernel, reason)

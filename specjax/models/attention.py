@@ -24,11 +24,16 @@ on random inputs and 1e-5 on a random model's logits, with the same greedy token
 project's CPU (BENCHMARKS.md): equally fast and both flat in S. The windows stay the default
 because they keep the dense arithmetic: on SmolLM2's 30 layers the chunks' other order of sums
 moves the logits by up to 6e-5 (fp32), the windows' by nothing.
+
+A decode kernel can take the committed prefix instead (:data:`KERNEL`: ``"pallas"`` or
+``"cudnn"``, :mod:`specjax.models.attention_kernels`), the new tokens' block merged exactly;
+the windows above stay the default and its reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +47,27 @@ MIN_WINDOW = 256
 CHUNK = 0
 """0: :func:`attend_windows` (the default); a positive value: :func:`attend_chunks` with this
 many slots per chunk."""
+
+KERNEL = os.environ.get("SPECJAX_ATTENTION_KERNEL", "xla")
+"""Which computes the committed prefix: ``"xla"`` (the default and the reference: the windows
+or the chunks above), ``"pallas"`` (JAX's split-K Pallas decode kernel; interpret mode off a
+GPU) or ``"cudnn"`` (cuDNN's fused attention, GPU and bf16/fp16 only), the new tokens' block
+merged exactly (:mod:`specjax.models.attention_kernels`, which says which layers fall back to
+XLA). Set it with :func:`set_kernel`, or for a whole process (an A/B of any script) with the
+environment variable ``SPECJAX_ATTENTION_KERNEL``; checked when a model call is traced. A
+module constant read while tracing, like :data:`CHUNK`: clear the program cache after changing
+it."""
+
+
+def set_kernel(name: str) -> str:
+    """Sets :data:`KERNEL` to ``name`` (``"xla"``, ``"pallas"`` or ``"cudnn"``) after checking
+    this backend can run it (one clear error if not); returns the previous value."""
+    from specjax.models import attention_kernels
+
+    attention_kernels.check(name)
+    global KERNEL
+    previous, KERNEL = KERNEL, name
+    return previous
 
 
 def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
@@ -152,8 +178,10 @@ def attend(
     softcap: float | None = None,
 ) -> Array:
     """Attention of T new tokens over the live part of layer ``layer``'s cache (module
-    docstring): :func:`attend_chunks`, or :func:`attend_windows` when :data:`CHUNK` is 0. The
-    whole stacked cache goes in and only the live part of the layer's is read.
+    docstring): :func:`attend_chunks`, or :func:`attend_windows` when :data:`CHUNK` is 0; with
+    :data:`KERNEL` set, the prefix by a kernel where the layer allows
+    (:mod:`specjax.models.attention_kernels`). The whole stacked cache goes in and only the
+    live part of the layer's is read.
 
     Args:
       q: queries (rotary embedding applied), grouped as ``[B, T, G, R, E]``.
@@ -182,6 +210,13 @@ def attend(
         raise ValueError("a sliding window needs the new tokens' positions")
     args = (q, cache_k, cache_v, layer, lengths, new_mask, kv_mask)
     rule = dict(positions=positions, window=window, softcap=softcap)
+    if KERNEL != "xla":
+        from specjax.models import attention_kernels as kernels
+
+        why = kernels.fallback(KERNEL, q, cache_k, dtype, kv_mask, window, softcap)
+        if why is None:  # else the XLA path below
+            kw = dict(scale=scale, dtype=dtype, smallest=smallest, positions=positions)
+            return kernels.attend_kernel(*args[:-1], kernel=KERNEL, window=window, **kw)
     if CHUNK:
         return attend_chunks(*args, scale=scale, dtype=dtype, **rule)
     return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest, **rule)

@@ -72,17 +72,30 @@ def row_probs(logits: Array, rows: RowSampling) -> Array:
     # Shifted by the maximum first, as the static path (a tiny temperature cannot make NaN).
     shifted = logits - jnp.max(logits, axis=-1, keepdims=True)  # [B, ..., V], <= 0
     x = jnp.where(shifted == 0.0, 0.0, shifted / jnp.where(t > 0, t, 1.0))
-    # The k-th largest value by a sort: k differs per row, so lax.top_k cannot take it.
-    descending = -jnp.sort(-x, axis=-1)
-    kth = jnp.take_along_axis(descending, jnp.clip(k - 1, 0, vocab - 1), axis=-1)  # [B, ..., 1]
-    x = jnp.where((k > 0) & (k < vocab) & (x < kth), -jnp.inf, x)
+    # Each filter sorts [B, ..., V], so it runs only when some row asks for it (a server's
+    # requests rarely do; the sorts cost more than SmolLM2's step on a CPU).
+    top_k = (k > 0) & (k < vocab)
+    x = jax.lax.cond(jnp.any(top_k), lambda x: _top_k(x, k, top_k), lambda x: x, x)
     probs = jax.nn.softmax(x, axis=-1)
+    probs = jax.lax.cond(jnp.any(p < 1.0), lambda q: _top_p(q, p), lambda q: q, probs)
+    greedy = jax.nn.one_hot(argmax_first(logits), vocab, dtype=jnp.float32)
+    return jnp.where(t == 0.0, greedy, probs)
+
+
+def _top_k(x: Array, k: Array, on: Array) -> Array:
+    """``x`` with the values below each row's k-th largest at -inf where ``on``. The k-th largest
+    by a sort: k differs per row, so ``lax.top_k`` cannot take it."""
+    descending = -jnp.sort(-x, axis=-1)
+    kth = jnp.take_along_axis(descending, jnp.clip(k - 1, 0, x.shape[-1] - 1), axis=-1)
+    return jnp.where(on & (x < kth), -jnp.inf, x)
+
+
+def _top_p(probs: Array, p: Array) -> Array:
+    """``probs`` cut to each row's nucleus of mass ``p`` and renormalised, where ``p < 1``."""
     ordered = -jnp.sort(-probs, axis=-1)  # descending
     mass_before = jnp.cumsum(ordered, axis=-1) - ordered
     keep = jnp.sum(mass_before < p, axis=-1, keepdims=True)  # >= 1
     threshold = jnp.take_along_axis(ordered, keep - 1, axis=-1)
     nucleus = jnp.where(probs >= threshold, probs, 0.0)
     nucleus = nucleus / jnp.sum(nucleus, axis=-1, keepdims=True)
-    probs = jnp.where(p < 1.0, nucleus, probs)
-    greedy = jax.nn.one_hot(argmax_first(logits), vocab, dtype=jnp.float32)
-    return jnp.where(t == 0.0, greedy, probs)
+    return jnp.where(p < 1.0, nucleus, probs)

@@ -96,6 +96,38 @@ def test_a_request_gives_the_same_tokens_in_any_batch_size_at_temperature_1(job)
     assert [other[r.id].token_ids for r in reqs] != outputs[3]
 
 
+def test_rows_moved_to_fewer_or_more_slots_decode_on_unchanged(job):
+    """A server's slots shrink to the rows in use and grow when requests come (Slots.resize):
+    the moved rows' tokens at temperature 1 are those of an undisturbed run."""
+    import collections
+
+    from specjax.decode.batching import Slots
+
+    target, drafter, config, tokenizer = job[1.0]
+    reqs = requests(tokenizer, 5, seed=1)
+    engine = ContinuousBatch(target, drafter, config, slots=4, seed=3, chunk=2)
+    want = {r.id: by_id(engine, [r])[r.id].token_ids for r in reqs}
+    slots = Slots(engine, engine._width(max(reqs, key=lambda r: len(r.prompt))), 4)
+    slots.admit(collections.deque([(None, r) for r in reqs[:3]]))
+    got, sizes = {}, []
+    for turn in range(40):
+        if turn == 1:  # 3 busy rows of 4 -> 3, then back to 4 with two more requests
+            assert slots.busy == 3 and slots.resize(3) == {0: 0, 1: 1, 2: 2}
+            slots.step(False)
+            slots.resize(8)
+            slots.admit(collections.deque([(None, r) for r in reqs[3:]]))
+        if turn == 3 and slots.busy <= 2:
+            slots.resize(2)
+        sizes.append(slots.rows)
+        slots.step(False)
+        for (_, request), completion, _, _ in slots.harvest():
+            got[request.id] = completion.token_ids
+        if len(got) == len(reqs):
+            break
+    assert got == want
+    assert 8 in sizes
+
+
 def test_greedy_batch_equals_the_prompts_decoded_as_one_batch(job):
     """Rows finish at different steps (stop tokens, lengths) and are refilled mid-run; the
     width controller is on (widths (0, L) at T = 0); a 100-token prompt makes the slots grow

@@ -395,7 +395,7 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
         comes before any decoding)."""
 
         def step(self, waiting):
-            gate.wait(30)
+            gate.wait(120)  # (the finally below opens it)
             super().step(waiting)
 
     monkeypatch.setattr(engine_module, "Slots", Gated)

@@ -58,7 +58,7 @@ from specjax.decode.inputs import (
 from specjax.decode.loop import Run
 from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS
-from specjax.decode.slots import end_row, id_words
+from specjax.decode.slots import end_row, id_words, move_rows
 from specjax.decode.state import DecodeState, check_target
 from specjax.models.pure import PureModel, as_pure
 from specjax.row_sampling import RowSampling
@@ -492,6 +492,29 @@ class Slots:
             filled += free[:group]
             free = free[group:]
         return filled
+
+    def resize(self, rows: int) -> dict[int, int]:
+        """Moves the busy rows into ``rows`` slots (at least :attr:`busy`), so that a step costs
+        the rows in use; returns each busy row's new slot by its old one. The rows decode on as
+        if nothing happened (their state moves whole)."""
+        busy = [i for i in range(self.rows) if self.holder[i] is not None]
+        if rows < len(busy):
+            raise ValueError(f"{len(busy)} busy rows do not fit {rows} slots")
+        if rows == self.rows:
+            return {i: i for i in busy}
+        free = [i for i in range(self.rows) if self.holder[i] is None]
+        take = busy + free[: rows - len(busy)] if rows < self.rows else list(range(self.rows))
+        self.slot_steps += self.run.take_steps() * self.rows
+        run = self.batch._start(self.run.width, rows)
+        self.state = move_rows(self.state, run.start(), np.asarray(take, np.int32))
+        self.compile_seconds += run.compile_seconds
+        moved = {old: new for new, old in enumerate(take) if self.holder[old] is not None}
+        holder, seen = [None] * rows, np.zeros(rows, np.int64)
+        for old, new in moved.items():
+            holder[new], seen[new] = self.holder[old], self.seen[old]
+        self.run, self.rows, self.holder, self.seen = run, rows, holder, seen
+        self._calibrated = False
+        return moved
 
     def step(self, waiting: bool) -> None:
         """Decodes one chunk: until ``refill`` more rows are done while requests are

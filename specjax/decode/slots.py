@@ -8,7 +8,9 @@ into while the other rows keep decoding.
   its row axis is read off the state's own shapes at two batch sizes (:func:`row_axes`), so every
   drafter's state works without a rule per type.
 * :func:`grow_program` moves a running state into one of a larger capacity, so that a job
-  whose prompts are run shortest first pays for long prompts' cache slots only once they come.
+  whose prompts are run shortest first pays for long prompts' cache slots only once they come;
+  :func:`move_rows` into one of fewer or more rows, so that a server decodes only as many rows
+  as it has requests (rounded up to a batch bucket).
 * :func:`request_keys`: a request's PRNG key depends only on the seed and its id, so its output
   is the same whatever slot, batch size, order or resume point it runs in; a request with a seed
   of its own takes the key :func:`~specjax.decode.generate` gives one prompt with that seed
@@ -171,6 +173,24 @@ def grow_program(state: DecodeState, empty: DecodeState) -> DecodeState:
         if small.shape == big.shape:
             return small
         return big.at[tuple(slice(0, n) for n in small.shape)].set(small)
+
+    return jax.tree.map(move, state, empty)
+
+
+@functools.partial(jax.jit, donate_argnums=1)
+def move_rows(state: DecodeState, empty: DecodeState, take: Array) -> DecodeState:
+    """Rows ``take [n]`` of ``state`` (B rows) as the first n rows of ``empty`` (donated; a
+    state of B' != B rows and the same capacity, n = min(B, B')); the other rows stay
+    ``empty``'s (done), batch-level leaves are ``state``'s. A leaf's row axis is the one whose
+    size differs between the two states."""
+
+    def move(x, y):
+        if x.shape == y.shape:  # a batch-level leaf
+            return x
+        axis = next(i for i, (a, b) in enumerate(zip(x.shape, y.shape, strict=True)) if a != b)
+        rows = jnp.take(x, take, axis=axis)
+        index = (slice(None),) * axis + (slice(0, take.shape[0]),)
+        return y.at[index].set(rows.astype(y.dtype))
 
     return jax.tree.map(move, state, empty)
 

@@ -274,7 +274,9 @@ class Engine:
                 first = batch._width(waiting[0][1])
                 if slots is None or (not slots.busy and first < slots.run.width):
                     # (no rows run: start again at the bucket the next prompt needs)
-                    slots = lanes[lane] = Slots(batch, first)
+                    slots = lanes[lane] = Slots(batch, first, _rows(batch, len(waiting)))
+                else:
+                    self._resize(lane, slots, slots.busy + len(waiting))
                 for slot in slots.admit(waiting):
                     ticket = slots.holder[slot][0]
                     self._running[lane, slot] = ticket
@@ -288,7 +290,24 @@ class Engine:
                         waiting = any(t.request.speculative == lane for t in self._queue)
                     slots.step(waiting)
                     self._deliver(lane, slots)
+                    if not waiting and slots.busy:
+                        self._resize(lane, slots, slots.busy)
             self.metrics.busy_slots.set(len(self._running))
+
+    def _resize(self, lane: bool, slots: Slots, need: int) -> None:
+        """Runs ``slots`` with the smallest batch bucket of rows that holds ``need`` requests: a
+        step then costs the requests in flight, not the server's ``slots``."""
+        rows = _rows(slots.batch, need)
+        if rows == slots.rows:
+            return
+        moved = slots.resize(rows)
+        with self._cond:
+            running = {}
+            for (k, slot), ticket in self._running.items():
+                if k == lane:
+                    slot = ticket.slot = moved[slot]
+                running[k, slot] = ticket
+            self._running = running
 
     def _take(self, lanes: dict[bool, Slots]) -> dict[bool, collections.deque]:
         """Pops the queued requests the free slots can hold, per lane (under the lock)."""
@@ -378,3 +397,9 @@ class Engine:
             self.metrics.finished(finished, counters.stats.histogram[j])
             if not ticket.cancelled:
                 ticket.send(finished)
+
+
+def _rows(batch, requests: int) -> int:
+    """The rows to decode ``requests`` requests with: the smallest batch bucket that holds them,
+    at most the server's slots."""
+    return min(batch.slots, batch.buckets.batch_size(max(requests, 1)))

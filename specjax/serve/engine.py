@@ -272,8 +272,8 @@ class Engine:
                 slots = lanes.get(lane)
                 batch = self._batches[lane]
                 first = batch._width(waiting[0][1])
-                if slots is None or (not slots.busy and first < slots.run.width):
-                    # (no rows run: start again at the bucket the next prompt needs)
+                if slots is None:  # (later prompts grow the width; it never shrinks, so that
+                    # the programs of few widths and row counts serve every request)
                     slots = lanes[lane] = Slots(batch, first, _rows(batch, len(waiting)))
                 else:
                     self._resize(lane, slots, slots.busy + len(waiting))

@@ -157,7 +157,9 @@ class ModelDrafter(DrafterBase):
             x = sampling.draw(keys_d, q, lengths + depth, self.coupled)  # [B, K]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q)
 
-        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs))
+        # Unrolled over the static depths: a loop in the step splits its GPU graph.
+        carry = (cache, draft, probs)
+        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, carry, unroll=True)
         num_draft = jnp.where(valid, l_len, 0).astype(jnp.int32)
         return Draft(draft, probs, num_draft), cache
 

@@ -45,14 +45,14 @@ class ModelDrafter(DrafterBase):
       replacement: True: the K paths are i.i.d.; False: the K root children are drawn without
         replacement in path order (deeper nodes have no siblings then), which only the
         ``specinfer`` verifier verifies (it is told this drafter's ``replacement``).
-      coupled: the token at position n is the Gumbel-max draw of the noise the target's token
-        at n is drawn with (the keys :meth:`propose` receives are the rows' noise keys: the
-        ``gumbel`` verifier; :func:`specjax.sampling.draw`); set by the decoding loop.
       far_behind: whether the cache may miss more than the last L + 3 committed tokens when
         :meth:`propose` is called: after a lazy :meth:`init` or width-0 steps, which happen only
         with 0 among ``DecodeConfig.widths``. True (the default): :meth:`catch_up` loops until
         caught up. False: one bounded feed, no loop in the step. The decoding step sets it
         (:func:`~specjax.drafters.base.near`).
+      coupled: the token at position n is the Gumbel-max draw of the noise the target's token
+        at n is drawn with (the keys :meth:`propose` receives are the rows' noise keys: the
+        ``gumbel`` verifier; :func:`specjax.sampling.draw`); set by the decoding loop.
     """
 
     model: PureModel
@@ -61,8 +61,8 @@ class ModelDrafter(DrafterBase):
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
-    coupled: bool = dataclasses.field(default=False, metadata=dict(static=True))
     far_behind: bool = dataclasses.field(default=True, metadata=dict(static=True))
+    coupled: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if isinstance(self.model, Decoder):  # a model as loaded: split it (nothing copied)

@@ -14,6 +14,7 @@ from specjax import sampling
 from specjax.decode import DecodeConfig
 from specjax.decode.seams import prefill_program, prepare
 from specjax.drafters import ModelDrafter
+from specjax.drafters.base import near
 from specjax.drafters.model import CATCH_UP_LONG
 from specjax.models.pure import prefill
 from specjax.testing import pair
@@ -63,3 +64,25 @@ def test_the_draft_reads_the_prompt_only_where_a_step_may_skip_it(models, widths
     state = init(target, drafter, *args, capacity=b.capacity, buffer=b.buffer, widths=widths)
     seen = np.asarray(state.draft_state.lengths)[:2]
     assert seen.tolist() == ([0, 0] if lazy else [4, 1])
+
+
+def test_a_bounded_catch_up_equals_the_loop(models):
+    """Without 0 among the widths the draft is at most L + 3 tokens behind, and its catch-up is
+    one feed instead of a loop (``near``: no loop inside the step); from a cache that many
+    behind it leaves exactly the cache the loop leaves."""
+    _, draft = models
+    drafter = ModelDrafter(draft, num_paths=1, draft_len=3, sampling=GREEDY)
+    assert near(drafter, (0, 3)).far_behind and near(drafter, (0, 3)) == drafter
+    bounded = near(drafter, (2, 3))
+    assert not bounded.far_behind and bounded == near(drafter, ())
+    rng = np.random.default_rng(1)
+    lengths = np.array([9, 20, 31, 5], np.int32)
+    behind = np.array([1, 2, 4, 3 + 3], np.int32)  # up to L + 3
+    tokens = rng.integers(1, 48, (4, 64)).astype(np.int32)
+    cache = prefill(draft, tokens, lengths - behind + 1, 64)  # all but the last token of those
+    assert np.asarray(cache.lengths).tolist() == (lengths - behind).tolist()
+    want = jax.jit(drafter.catch_up)(cache, tokens, lengths)
+    got = jax.jit(bounded.catch_up)(cache, tokens, lengths)
+    assert np.all(lengths - np.asarray(got.lengths) <= 2)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -29,7 +29,7 @@ from specjax.decode.step import (
     split_keys,
     tree_laws,
 )
-from specjax.drafters.base import Drafter, draws_with_replacement, with_sampling
+from specjax.drafters.base import Drafter, draws_with_replacement, near, with_sampling
 from specjax.models.pure import PureModel
 from specjax.typing import Array
 
@@ -69,7 +69,7 @@ def observed_step(
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     k_draft = draft_keys(state, config, k_draft)
     params = laws_of(state, config)  # the rows' own sampling, or the config's
-    drafting = with_sampling(drafter, params)
+    drafting = with_sampling(near(drafter, config.widths), params)
     draft, draft_state = drafting.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     k_paths, l_len = draft.tokens.shape[1:]
     layers = feature_layers(drafter)

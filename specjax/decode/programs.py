@@ -164,6 +164,9 @@ def decode_program(
     steps have run (``inputs``: the width policy's runtime inputs when ``config.widths`` is
     set). Continuous batching stops early this way to refill finished rows.
 
+    Its ``while`` loops are the only ones: none inside a step (docs/architecture.md, "No loops
+    inside a step"), but for a model drafter's catch-up where a width is 0.
+
     Returns:
       ``(state, steps)``: the state after the steps and how many ran (int32 ``[]``).
     """

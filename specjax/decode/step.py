@@ -24,6 +24,7 @@ from specjax.drafters.base import (
     catches_up,
     draws_with_replacement,
     feature_layers,
+    near,
     with_sampling,
 )
 from specjax.models.cache import KVCache
@@ -304,7 +305,7 @@ def speculative_step(target: PureModel, drafter: Drafter, state: DecodeState, co
     """Draft, score the whole draft tree in ONE target forward, verify, commit, roll back."""
     keys, k_draft, k_verify = split_keys(state.keys, 3)
     k_draft = draft_keys(state, config, k_draft)
-    drafting = with_sampling(drafter, laws_of(state, config))
+    drafting = with_sampling(near(drafter, config.widths), laws_of(state, config))
     draft, draft_state = drafting.propose(state.draft_state, k_draft, state.tokens, state.lengths)
     layers = feature_layers(drafter)
     out = verify_and_commit(

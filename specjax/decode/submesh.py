@@ -25,7 +25,7 @@ from specjax.decode.metrics import Metrics, Timing
 from specjax.decode.programs import PROGRAMS, constrain_state
 from specjax.decode.state import check_target
 from specjax.decode.step import draft_keys, init_state, split_keys, verify_and_commit
-from specjax.drafters.base import Drafter, draws_with_replacement
+from specjax.drafters.base import Drafter, draws_with_replacement, near
 from specjax.models.pure import PureModel
 
 
@@ -129,7 +129,8 @@ def generate_on_submeshes(
     ``draft_mesh`` (both already placed there). Same tokens as the single-program loop;
     ``metrics.seconds`` excludes compilation (a warm-up step compiles every program first)."""
     multiple = int(np.lcm(*(sharding.axis_size(m, "data") for m in (mesh, draft_mesh))))
-    drafter = couple(drafter, config)
+    # Every step drafts at full width and the draft reads the prompt at init: never far behind.
+    drafter = near(couple(drafter, config), ())
     batch = prepare(target, drafter, prompts, config, buckets, multiple)
     padded, lengths, capacity, buffer = batch.prompts, batch.lengths, batch.capacity, batch.buffer
     sharding.check_model(target.config, mesh)

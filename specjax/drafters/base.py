@@ -53,7 +53,9 @@ class Drafter(Protocol):
     sampled: bool  # it draws its tokens from a law (False: fixed proposals, e.g. n-gram)
     coupleable: bool  # it can draw with the target's Gumbel noise (a ``coupled`` field)
     free_look: bool  # :meth:`hint` knows the first proposed token before drafting
-    idle_catch_up: bool  # after width-0 steps its next draft feeds the tokens it missed
+    # After width-0 steps its next draft feeds the tokens it missed; such a drafter has a
+    # static ``far_behind`` field (:func:`near`).
+    idle_catch_up: bool
     feature_layers: tuple[int, ...]  # target blocks whose hidden states it reads
 
     def init(self, prompts: Array, prompt_lengths: Array, capacity: int, **extra) -> Any:
@@ -123,6 +125,17 @@ def catches_up(drafter) -> bool:
     """Whether ``drafter`` feeds, at its next draft, every committed token it has not seen
     (:attr:`Drafter.idle_catch_up`), so its state may fall behind over width-0 steps."""
     return drafter is not None and bool(drafter.idle_catch_up)
+
+
+def near(drafter, widths: tuple[int, ...]):
+    """``drafter`` for steps drafting at ``widths`` (``DecodeConfig.widths``; () for the
+    drafter's L at every step). A drafter that catches up (:func:`catches_up`) falls more than
+    L + 3 tokens behind only over width-0 steps or after a lazy ``init``, both only with 0 among
+    the widths; elsewhere it is told so (its ``far_behind`` False), and its catch-up is one
+    bounded feed instead of a loop (no loop inside a step: docs/architecture.md)."""
+    if catches_up(drafter) and 0 not in widths:
+        return dataclasses.replace(drafter, far_behind=False)
+    return drafter
 
 
 def feature_layers(drafter) -> tuple[int, ...]:

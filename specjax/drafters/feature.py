@@ -219,7 +219,9 @@ class FeatureDrafter(DrafterBase):
                 x = d2t[sampling.draw(keys_d, q_w, pos, self.coupled, self.vocab_size, d2t)]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q), h
 
-        cache, draft, probs, _ = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs, g))
+        # Unrolled over the static depths: a loop in the step splits its GPU graph.
+        carry = (cache, draft, probs, g)
+        cache, draft, probs, _ = jax.lax.fori_loop(1, l_len, grow, carry, unroll=True)
         num_draft = jnp.full((b, k_paths), l_len, jnp.int32)
         return Draft(draft, probs, num_draft), dataclasses.replace(state, cache=cache)
 

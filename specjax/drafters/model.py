@@ -45,6 +45,11 @@ class ModelDrafter(DrafterBase):
       replacement: True: the K paths are i.i.d.; False: the K root children are drawn without
         replacement in path order (deeper nodes have no siblings then), which only the
         ``specinfer`` verifier verifies (it is told this drafter's ``replacement``).
+      far_behind: whether the cache may miss more than the last L + 3 committed tokens when
+        :meth:`propose` is called: after a lazy :meth:`init` or width-0 steps, which happen only
+        with 0 among ``DecodeConfig.widths``. True (the default): :meth:`catch_up` loops until
+        caught up. False: one bounded feed, no loop in the step. The decoding step sets it
+        (:func:`~specjax.drafters.base.near`).
       coupled: the token at position n is the Gumbel-max draw of the noise the target's token
         at n is drawn with (the keys :meth:`propose` receives are the rows' noise keys: the
         ``gumbel`` verifier; :func:`specjax.sampling.draw`); set by the decoding loop.
@@ -56,6 +61,7 @@ class ModelDrafter(DrafterBase):
     draft_len: int = dataclasses.field(default=4, metadata=dict(static=True))
     sampling: sampling.SamplingParams = dataclasses.field(metadata=dict(static=True))
     replacement: bool = dataclasses.field(default=True, metadata=dict(static=True))
+    far_behind: bool = dataclasses.field(default=True, metadata=dict(static=True))
     coupled: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
@@ -157,17 +163,26 @@ class ModelDrafter(DrafterBase):
             x = sampling.draw(keys_d, q, lengths + depth, self.coupled)  # [B, K]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q)
 
-        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, (cache, draft, probs))
+        # Unrolled over the static depths: a loop in the step splits its GPU graph.
+        carry = (cache, draft, probs)
+        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, carry, unroll=True)
         num_draft = jnp.where(valid, l_len, 0).astype(jnp.int32)
         return Draft(draft, probs, num_draft), cache
 
     def catch_up(self, cache: KVCache, tokens: Array, lengths: Array) -> KVCache:
         """Feeds committed tokens the cache has not seen until it misses at most the last two
-        (what :meth:`propose` feeds itself); no forward when none misses more. While a row misses
-        more than :data:`CATCH_UP_LONG` + 2 (a prompt a lazy :meth:`init` left unread) the
-        forwards take that many tokens; while one misses more than L + 3 (after a run of width-0
-        steps) they take :data:`CATCH_UP` (a row missing fewer is fed what it misses), then at
-        most one takes L + 1: a small draft's forward costs about the same for 5 tokens as for 32.
+        (what :meth:`propose` feeds itself); no forward when none misses more.
+
+        Without :attr:`far_behind` a row misses at most L + 3 (after a step it misses one or
+        two): one forward of L + 1 tokens, under a ``lax.cond``, suffices, and the step has no
+        loop (on GPU a loop splits the step's CUDA graph and a data-dependent one syncs with
+        the host). With it, one ``lax.while_loop`` feeds, while a row misses more than
+        :data:`CATCH_UP_LONG` + 2 (a prompt a lazy :meth:`init` left unread), that many tokens
+        per forward; while one misses more than L + 3 (after a run of width-0 steps),
+        :data:`CATCH_UP` (a row missing fewer is fed what it misses); then at most one forward
+        takes L + 1: a small draft's forward costs about the same for 5 tokens as for 32.
+        Either way the forwards are the same for the same cache (the bounded feed is the loop's
+        last), so the tokens do not depend on :attr:`far_behind`.
 
         Args:
           cache: the draft cache; tokens: int ``[B, U]``; lengths: int ``[B]`` committed tokens.
@@ -183,13 +198,24 @@ class ModelDrafter(DrafterBase):
 
             return run
 
-        behind = lambda ahead: lambda cache: jnp.any(lengths - cache.lengths > 2 + ahead)
-        small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
-        if cache.capacity > CATCH_UP_LONG + 2:  # (else no row can miss that many)
-            cache = jax.lax.while_loop(behind(CATCH_UP_LONG), feed(CATCH_UP_LONG), cache)
+        behind = lambda ahead, cache: jnp.any(lengths - cache.lengths > 2 + ahead)
+        small = self.draft_len + 1
+        if not self.far_behind:
+            return jax.lax.cond(behind(0, cache), feed(small), lambda c: c, cache)
+        # (chunk, feed while some row misses more than 2 + ahead), smallest first
+        chunks = [(small, 0)]
+        big = min(CATCH_UP, cache.capacity)
         if big > small:  # big chunks (clipped to what is missing) until one small one is left
-            cache = jax.lax.while_loop(behind(small), feed(big), cache)
-        return jax.lax.while_loop(behind(0), feed(small), cache)
+            chunks.append((big, small))
+        if cache.capacity > CATCH_UP_LONG + 2:  # (else no row can miss that many)
+            chunks.append((CATCH_UP_LONG, CATCH_UP_LONG))
+        feeds = [feed(chunk) for chunk, _ in chunks]
+
+        def body(cache):  # the largest chunk whose threshold some row passes
+            index = sum(behind(ahead, cache).astype(jnp.int32) for _, ahead in chunks[1:])
+            return jax.lax.switch(index, feeds, cache) if len(feeds) > 1 else feeds[0](cache)
+
+        return jax.lax.while_loop(lambda c: behind(0, c), body, cache)
 
     def skip(self, state: KVCache, tokens: Array, lengths: Array, active: Array) -> KVCache:
         """A step without a draft: nothing fed now (the next :meth:`propose` catches up)."""

@@ -10,7 +10,9 @@ ways, one compiled program for every length, nothing ``[B, T, S]`` built:
   first X slots, X the smallest of a few sizes (powers of two from :data:`MIN_WINDOW` up to S)
   that holds the longest row, chosen on device by ``lax.switch``: the live length rounded up to
   a power of two, and inside the window the dense attention's arithmetic, so the logits are the
-  dense form's (bit for bit under ``jit`` on SmolLM2).
+  dense form's (bit for bit under ``jit`` on SmolLM2). The window's index is a sum of
+  comparisons (:func:`window_index`), computed once per forward by the decoder: no loop (a
+  ``jnp.searchsorted`` lowers to one, which on GPU splits the step's CUDA graph in every layer).
 * **chunks** (:func:`attend_chunks`, with :data:`CHUNK` > 0 slots per chunk): a loop over
   the first ``ceil((max(lengths) + T) / CHUNK)`` chunks of the cache (a trip count known only on
   device), each chunk's scores merged into a running maximum, sum and weighted sum of values
@@ -78,6 +80,18 @@ def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
         out.append(w)
         w *= 2
     return (*out, capacity)
+
+
+def window_index(lengths: Array, t: int, capacity: int, smallest: int | None = None):
+    """int32 ``[]``: the index into :func:`windows` (``capacity``, ``smallest``: default
+    :data:`MIN_WINDOW`) of the smallest window that holds the longest row after a call of ``t``
+    new tokens (``lengths [B]`` before it), or None where there is one window. A sum of
+    comparisons, the same number ``searchsorted(sizes[:-1], needed)`` gives, without its loop."""
+    sizes = windows(capacity, MIN_WINDOW if smallest is None else smallest)
+    if len(sizes) == 1:
+        return None
+    needed = jnp.max(lengths) + t  # the longest row after this call
+    return jnp.sum(needed > jnp.asarray(sizes[:-1], jnp.int32)).astype(jnp.int32)
 
 
 def allowed_slots(lengths: Array, new_mask: Array, width: int, start: Array | int = 0) -> Array:
@@ -176,6 +190,7 @@ def attend(
     positions: Array | None = None,
     window: int | None = None,
     softcap: float | None = None,
+    index: Array | None = None,
 ) -> Array:
     """Attention of T new tokens over the live part of layer ``layer``'s cache (module
     docstring): :func:`attend_chunks`, or :func:`attend_windows` when :data:`CHUNK` is 0; with
@@ -202,6 +217,8 @@ def attend(
         own (counted from its own position, so a draft tree's deeper nodes see less of the
         prefix), or None.
       softcap: scores become ``softcap * tanh(score / softcap)`` before the mask, or None.
+      index: the windows' :func:`window_index` for these ``lengths`` and T, computed once per
+        forward by a caller with many layers; None: computed here. (Unused by the chunks.)
 
     Returns:
       ``[B, T, G, R, E]`` in ``dtype``.
@@ -219,7 +236,7 @@ def attend(
             return kernels.attend_kernel(*args[:-1], kernel=KERNEL, window=window, **kw)
     if CHUNK:
         return attend_chunks(*args, scale=scale, dtype=dtype, **rule)
-    return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest, **rule)
+    return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest, index=index, **rule)
 
 
 def scores_of(q: Array, k: Array, scale: float, softcap: float | None, dtype) -> Array:
@@ -246,10 +263,12 @@ def attend_windows(
     positions: Array | None = None,
     window: int | None = None,
     softcap: float | None = None,
+    index: Array | None = None,
 ) -> Array:
     """:func:`attend` over a static window of the first X slots, chosen on device from
-    :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`). Each window reads
-    its own slice of the stacked cache, so no layer's cache is an operand of the switch."""
+    :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`) by ``index``
+    (:func:`window_index`; None: computed here). Each window reads its own slice of the stacked
+    cache, so no layer's cache is an operand of the switch."""
     t = q.shape[1]
 
     def over(w: int):
@@ -268,8 +287,8 @@ def attend_windows(
     args = (q, cache_k, cache_v, lengths, new_mask, kv_mask, positions)
     if len(sizes) == 1:
         return over(sizes[0])(*args)
-    needed = jnp.max(lengths) + t  # the longest row after this call
-    index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), needed, side="left")
+    if index is None:
+        index = window_index(lengths, t, cache_k.shape[2], smallest)
     return lax.switch(index, [over(w) for w in sizes], *args)
 
 

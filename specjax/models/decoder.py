@@ -135,6 +135,7 @@ class Attention(nnx.Module):
         lengths: Array,  # [B] committed entries before this call
         new_mask: Array,  # [B, T, T] bool: which new tokens each new token attends to
         kv_mask=None,  # a specjax.tree.LevelMask: which slots, replacing new_mask's
+        window_index: Array | None = None,  # attention.window_index, once per forward
     ) -> tuple[Array, Array, Array]:
         c = self.config
         dtype = c.compute_dtype
@@ -172,6 +173,7 @@ class Attention(nnx.Module):
             positions=positions,
             window=c.window(layer),
             softcap=c.attn_softcap,
+            index=window_index,
         )
         # One [B, T, H*E] x [H*E, D] product: contracting (h, e) of wo in its stored order, so
         # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
@@ -217,11 +219,12 @@ class Block(nnx.Module):
             self.post_attn_norm = RMSNorm(config)
             self.post_mlp_norm = RMSNorm(config)
 
-    def __call__(self, x, positions, ks, vs, layer, lengths, attn_mask, kv_mask):
-        """``(x, ks, vs)`` after the block; arguments as :meth:`Attention.__call__`'s."""
+    def __call__(self, x, positions, ks, vs, layer, lengths, attn_mask, kv_mask, index=None):
+        """``(x, ks, vs)`` after the block; arguments as :meth:`Attention.__call__`'s (``index``:
+        its ``window_index``)."""
         post = self.attn.config.post_norms
         out, ks, vs = self.attn(
-            self.attn_norm(x), positions, ks, vs, layer, lengths, attn_mask, kv_mask
+            self.attn_norm(x), positions, ks, vs, layer, lengths, attn_mask, kv_mask, index
         )
         x = x + (self.post_attn_norm(out) if post else out)
         out = self.mlp(self.mlp_norm(x))
@@ -318,9 +321,11 @@ class Decoder(nnx.Module):
             attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         x = self.embed_tokens(tokens)  # [B, T, D]
         ks, vs = cache.k, cache.v
+        # Every layer reads the same window of its cache: chosen once here, not per layer.
+        index = attention.window_index(cache.lengths, t, cache.capacity)
         hidden = {-1: x}  # -1: the embeddings, the input of block 0
         for i, layer in enumerate(self.layers):
-            x, ks, vs = layer(x, positions, ks, vs, i, cache.lengths, attn_mask, kv_mask)
+            x, ks, vs = layer(x, positions, ks, vs, i, cache.lengths, attn_mask, kv_mask, index)
             if i in features:
                 hidden[i] = x
         if logits_to_keep is not None:

@@ -183,9 +183,9 @@ def gbv_select(
     b, k, l = draft_tokens.shape
     bad = jnp.zeros((b, k, l), bool) if bad is None else bad
 
-    def depth(carry, xs):  # a lax.scan: the carry materialises each depth's per-row state
+    def depth(d: int, carry):
         alive, length, r = carry
-        d, tokens_d = xs  # [], [B, K]
+        tokens_d = draft_tokens[:, :, d]  # [B, K]
         rep = first_true(alive)
         p_d = take_path_row(target_probs, rep, d)  # [B, V]
         q_d = take_path_row(draft_probs, rep, d)  # [B, V]
@@ -205,11 +205,18 @@ def gbv_select(
         )
         r_child = jnp.where(has_child, jnp.minimum(r_next, R_MAX), r)
         alive = jnp.where(has_child[:, None], candidates & (tokens_d == chosen[:, None]), alive)
-        return (alive, length + has_child.astype(jnp.int32), r_child), r
+        return alive, length + has_child.astype(jnp.int32), r_child
 
+    # Unrolled over the static depths (a loop inside a decode step splits its GPU graph); each
+    # depth's carry is materialised, as a loop's is, so XLA does not fuse the earlier depths'
+    # decisions into every pass over V.
     carry = (jnp.ones((b, k), bool), jnp.zeros((b,), jnp.int32), jnp.zeros((b,), draft_probs.dtype))
-    xs = (jnp.arange(l), jnp.moveaxis(draft_tokens, 2, 0))
-    (alive, length, _), r = lax.scan(depth, carry, xs)  # r [L, B]
+    r = []  # [B] each: node d's r
+    for d in range(l):
+        r.append(carry[2])
+        carry = lax.optimization_barrier(depth(d, carry))
+    alive, length, _ = carry
+    r = jnp.stack(r)  # [L, B]
     path = first_true(alive)
     # The selected path's rows are its nodes' rows (paths sharing a prefix share its rows).
     q_rows = take_row(draft_probs, path)  # [B, L, V]

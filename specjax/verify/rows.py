@@ -6,7 +6,8 @@ faster once a batch of ``[L, V]`` rows outgrows the caches: a fused elementwise-
 ``[64, 4, 131072]`` (block verification's ``Z``) took 20-30x the time of reading its inputs
 once, the same work on chunks of 2 rows 1.5x (2026-11-23, 2-core EPYC, jax 0.10.2). Other backends
 run ``core`` on the whole batch (the choice is made per platform by
-``lax.platform_dependent``, so one program serves both).
+``lax.platform_dependent``, so one program serves both): the ``lax.map`` loop is on the CPU
+only, and a GPU step has no loop from it.
 
 The randomness is drawn for the whole batch *before* chunking and passed in, so the outputs are
 the same whether or not a batch is chunked.

@@ -49,7 +49,7 @@ def rrs_rule(replacement: bool) -> NodeRule:
         candidates = dedupe_siblings(tokens, candidates)
         vocab = jnp.arange(p.shape[-1])[None, :]
 
-        def candidate(carry, xs):  # one sibling tested; the carry materialises the state
+        def candidate(carry, xs):  # one sibling tested
             w, s, big_q, t, accepted, token = carry
             x, consider, u_j = xs  # [B] each
             consider = consider & ~accepted
@@ -73,8 +73,7 @@ def rrs_rule(replacement: bool) -> NodeRule:
         # r = w / s is the residual law (w is also what a rejecting node samples from) and
         # q' = big_q / t the draft law.
         carry = (p, one, q, one, jnp.zeros((b,), bool), jnp.full((b,), -1, jnp.int32))
-        xs = (tokens.T, candidates.T, u.T)
-        (w, _, _, _, accepted, token), _ = jax.lax.scan(candidate, carry, xs)
+        w, _, _, _, accepted, token = siblings(candidate, carry, tokens, candidates, u)
         return accepted, token, w
 
     return NodeRule(decide, lambda p, q, w: w)
@@ -84,7 +83,7 @@ def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B,
     """:func:`rrs_rule`'s decision with replacement: the state is c ``[B]``
     (:func:`iid_residual`), the residual's mass s."""
 
-    def candidate(carry, xs):  # one sibling tested; the carry materialises the state
+    def candidate(carry, xs):  # one sibling tested
         c, s, accepted, token = carry
         x, consider, u_j = xs  # [B] each
         consider = consider & ~accepted
@@ -102,8 +101,20 @@ def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B,
     b = tokens.shape[0]
     zero = jnp.zeros((b,), p.dtype)
     carry = (zero, zero + 1.0, jnp.zeros((b,), bool), jnp.full((b,), -1, jnp.int32))
-    (c, _, accepted, token), _ = jax.lax.scan(candidate, carry, (tokens.T, candidates.T, u.T))
+    c, _, accepted, token = siblings(candidate, carry, tokens, candidates, u)
     return accepted, token, c
+
+
+def siblings(candidate, carry, tokens: Array, candidates: Array, u: Array):
+    """``carry`` after ``candidate(carry, (x [B], consider [B], u_j [B]))`` for each of the K
+    siblings (``tokens``, ``candidates``, ``u`` ``[B, K]``) in path order, unrolled (K is
+    static and small: a loop inside a decode step splits its GPU graph). The carry passes an
+    ``optimization_barrier`` after each sibling: materialised, as a loop's carry is, so XLA
+    does not fuse every earlier sibling's decision into the next one's passes over V."""
+    for j in range(tokens.shape[-1]):
+        carry, _ = candidate(carry, (tokens[:, j], candidates[:, j], u[:, j]))
+        carry = jax.lax.optimization_barrier(carry)
+    return carry
 
 
 def iid_residual(p: Array, q: Array, c: Array) -> Array:

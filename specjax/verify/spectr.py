@@ -54,6 +54,8 @@ def spectr_rho(p: Array, q: Array, k: Array) -> Array:
     a probe just inside that end. The bracket ``[lo, hi]`` (hi always valid) shrinks to
     (k - 1) 2^-30 in a few passes instead of 30 bisection passes. The upper end is returned, so
     the validity condition always holds (the residual is non-negative); rho* = 1 for k <= 1.
+    The passes are a ``lax.while_loop``, the one loop SpecTr keeps inside a decode step (one per
+    depth): unrolled with masks, every step would pay :data:`MAX_PASSES` passes over V.
 
     Args:
       p: ``[B, V]`` target distribution at the node.

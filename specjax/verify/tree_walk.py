@@ -109,10 +109,13 @@ def walk_rows(
     their ``draft_tokens [C, K, L]``, lengths ``n [C, K]``, uniforms ``u [C, L, K]`` for the
     node rules and ``u_y [C, 2]`` for the emitted token, and bad laws ``bad [C, K, L]``.
 
-    The depths are a ``lax.while_loop`` that stops once every row's walk has stopped (the
-    depths below cannot change the result), and its carry materialises each depth's per-row
-    state: unrolled, XLA:CPU fused the whole history of accept decisions into every ``[B, V]``
-    loop and recomputed it for each vocabulary entry (40x the read-once time at B = 1, L = 8).
+    The L depths are unrolled: a loop inside a decode step splits its GPU graph, and a
+    data-dependent one (stopping once every walk has stopped) syncs with the host at each
+    depth. A stopped walk's state is frozen (every update is masked by ``done``), so the depths
+    past it change nothing: the result is the early-stopping loop's. Each depth's carry passes
+    an ``optimization_barrier``, which materialises the per-row state as a loop's carry does:
+    without one XLA:CPU fused the whole history of accept decisions into every ``[B, V]`` loop
+    and recomputed it for each vocabulary entry (40x the read-once time at B = 1, L = 8).
     """
     b, k, l = draft_tokens.shape
 
@@ -123,16 +126,11 @@ def walk_rows(
         q_d = jnp.where(bad_d, jnp.zeros((), q_d.dtype), q_d)
         return take_path_row(target_probs, path, d, rows), q_d
 
-    def open_(carry):
-        d, _, done, *_ = carry
-        return (d < l) & ~jnp.all(done)
-
-    def depth(carry):
-        d, alive, done, tau, stop_path, stop_depth, state = carry
+    def depth(d: int, carry):
+        alive, done, tau, stop_path, stop_depth, state = carry
         rep = first_true(alive)  # [B] any alive path: all share the node's rows
         p_d, q_d = rows_at(rep, d)  # [B, V]
-        tokens_d = jax.lax.dynamic_index_in_dim(draft_tokens, d, axis=2, keepdims=False)
-        u_d = jax.lax.dynamic_index_in_dim(u, d, axis=1, keepdims=False)  # [B, K]
+        tokens_d, u_d = draft_tokens[:, :, d], u[:, d]  # [B, K] each
         candidates = alive & (d < n) & (tokens_d >= 0) & ~done[:, None]
         accepted, token, state_d = rule.decide(p_d, q_d, tokens_d, candidates, u_d)
         accepted = accepted & ~done
@@ -143,15 +141,17 @@ def walk_rows(
         stop_depth = jnp.where(stop, d, stop_depth)
         alive = jnp.where(accepted[:, None], candidates & (tokens_d == token[:, None]), alive)
         tau = jnp.where(accepted, d + 1, tau)
-        return d + 1, alive, done | stop, tau, stop_path, stop_depth, state
+        return alive, done | stop, tau, stop_path, stop_depth, state
 
     rows_0 = jax.eval_shape(rows_at, jnp.zeros((b,), jnp.int32), 0)
     shapes = jax.eval_shape(rule.decide, *rows_0, draft_tokens[:, :, 0], u[:, 0] > 0, u[:, 0])[2]
     state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     ints = jnp.zeros((b,), jnp.int32)
     flags = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), ints, ints, ints)
-    carry = (jnp.zeros((), jnp.int32), *flags, state)
-    _, alive, done, tau, stop_path, stop_depth, state = jax.lax.while_loop(open_, depth, carry)
+    carry = (*flags, state)
+    for d in range(l):
+        carry = jax.lax.optimization_barrier(depth(d, carry))
+    alive, done, tau, stop_path, stop_depth, state = carry
     path = first_true(alive)
     # The node the walk stopped at, or the bonus row after the accepted path.
     p_end, q_end = rows_at(jnp.where(done, stop_path, path), jnp.where(done, stop_depth, l))

@@ -298,7 +298,8 @@ def decode_branches(
         x = jax.vmap(sampling.sample)(step_keys[:, d], sampled)  # [B, C]
         return kv, fed.at[:, :, d + 1].set(x), probs.at[:, :, d].set(declared)
 
-    _, fed, probs = jax.lax.fori_loop(0, draft_len, level, (kv, fed, probs))
+    # Unrolled over the static depths: a loop in the round splits its GPU graph.
+    _, fed, probs = jax.lax.fori_loop(0, draft_len, level, (kv, fed, probs), unroll=True)
     return fed[:, :, 1:], probs
 
 

@@ -25,6 +25,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.ngram_max = 3  # drafter=ngram: longest suffix matched
     c.ngram_min = 1
     c.dtype = ""  # "" keeps the checkpoint's dtype; float32 | bfloat16
+    c.fuse_projections = False  # q/k/v and gate/up as one GEMM each (target and draft model)
+    c.weight_quant = ""  # "" | int8 | fp8: the target's weights, per channel (GPUs; slow on CPU)
     # Speculation (vLLM's names where one exists).
     c.verifier = "block"  # greedy | token | block | gumbel | specinfer | spectr | gbv
     c.num_speculative_tokens = 4  # L

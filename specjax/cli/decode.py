@@ -110,7 +110,14 @@ def build(cfg, mesh=None, draft_mesh=None):
     """``(target PureModel, tokenizer, drafter or None, DecodeConfig)`` from a config."""
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     verifier = AUTOREGRESSIVE if cfg.drafter == "none" else cfg.verifier
-    target_module, tokenizer = load_model(cfg.target, cfg.dtype, mesh, role="target")
+    target_module, tokenizer = load_model(
+        cfg.target,
+        cfg.dtype,
+        mesh,
+        role="target",
+        fuse_projections=cfg.fuse_projections,
+        weight_quant=cfg.weight_quant,  # the quantized model is the target decoded
+    )
     if tokenizer is None:
         raise ValueError(
             f"target {cfg.target} has no tokenizer, so prompts cannot be encoded; give a model "
@@ -147,7 +154,14 @@ def build(cfg, mesh=None, draft_mesh=None):
         else:
             replicated = cfg.draft_placement == "replicated"
             where = mesh if draft_mesh is None else draft_mesh
-            draft_module, _ = load_model(cfg.draft, cfg.dtype, where, replicated, role="draft")
+            draft_module, _ = load_model(
+                cfg.draft,
+                cfg.dtype,
+                where,
+                replicated,
+                role="draft",
+                fuse_projections=cfg.fuse_projections,
+            )
         if cfg.mode == "ssd":
             ssd = validate.ssd_config(cfg)
             drafter = SSDDrafter(PureModel.of(draft_module), ssd=ssd, sampling=sampling)

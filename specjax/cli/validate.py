@@ -31,6 +31,7 @@ from specjax.cli.width_keys import width_costs, widths
 DRAFTERS = ("model", "ngram", "self", "eagle", "none")
 PLACEMENTS = ("replicated", "sharded", "submesh")
 DTYPES = ("", "float32", "bfloat16")
+WEIGHT_QUANTS = ("", "int8", "fp8")  # (specjax.models.config.WEIGHT_QUANTS, "" for none)
 DATA_SOURCES = ("corpus", "target_samples")
 MODES = ("sd", "ssd")
 SSD_DEVICES = ("", "next", "cpu")
@@ -47,6 +48,9 @@ def check_decode(cfg) -> None:
     drafter = choice(cfg, "drafter", DRAFTERS)
     placement = choice(cfg, "draft_placement", PLACEMENTS)
     choice(cfg, "dtype", DTYPES)
+    choice(cfg, "weight_quant", WEIGHT_QUANTS)
+    if not isinstance(cfg.fuse_projections, bool):
+        raise ConfigError(f"fuse_projections must be True or False, got {cfg.fuse_projections!r}")
     choice(cfg, "verifier", verify.NAMES)
     l_len = integer(cfg, "num_speculative_tokens", 1, 64)
     k_paths = integer(cfg, "num_paths", 1, 64)

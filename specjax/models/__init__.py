@@ -12,6 +12,7 @@ from specjax.models.pure import PureModel, truncated
 from specjax.models.safetensors_loader import load_safetensors
 from specjax.models.sources import load_model, load_on_mesh
 from specjax.models.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from specjax.models.weights import fuse_projections, quantize_weights
 
 __all__ = [
     "ByteTokenizer",
@@ -25,6 +26,7 @@ __all__ = [
     "Tokenizer",
     "build_model",
     "fetch_smollm2",
+    "fuse_projections",
     "load_gguf",
     "load_model",
     "load_on_mesh",
@@ -33,5 +35,6 @@ __all__ = [
     "load_safetensors",
     "load_tokenizer",
     "preset",
+    "quantize_weights",
     "truncated",
 ]

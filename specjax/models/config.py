@@ -24,6 +24,11 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 """Gates of the MLP: SwiGLU (Llama, Mistral, Qwen) or GeGLU with tanh-approximated GELU
 (Gemma)."""
 
+WEIGHT_QUANTS = ("int8", "fp8")
+"""Weight-only quantizations of :attr:`ModelConfig.weight_quant` (:mod:`specjax.models.quant`):
+symmetric, one scale per output channel; ``fp8`` is ``float8_e4m3fn``, for GPUs with fp8
+(Hopper and later)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
@@ -100,6 +105,14 @@ class ModelConfig:
       local_rope_theta: the sliding layers' own RoPE base (Gemma 3), or None: theirs is
         ``rope_theta``.
       local_rope_scaling: the sliding layers' own scaling, with ``local_rope_theta``.
+      fused_projections: each attention holds one ``wqkv [D, G, R + 2, E]`` (per KV group its
+        R = H / G query heads, then its key and value head) and each MLP one ``w_gate_up [D, 2,
+        F]``, so q/k/v and gate/up are one GEMM each (:func:`specjax.models.fuse_projections`
+        builds it from a loaded model); same logits within rounding.
+      weight_quant: None, or one of :data:`WEIGHT_QUANTS`: the projection weights (q/k/v/o,
+        gate/up/down, an untied head) are stored quantized with one fp32 scale per output
+        channel (``<name>_scale``) and converted to the compute dtype inside each GEMM
+        (:func:`specjax.models.quantize_weights`); this model is then the target.
     """
 
     vocab_size: int
@@ -132,6 +145,8 @@ class ModelConfig:
     layer_types: tuple[str, ...] = ()
     local_rope_theta: float | None = None
     local_rope_scaling: RopeScaling | None = None
+    fused_projections: bool = False
+    weight_quant: str | None = None
 
     def __post_init__(self):
         def fail(msg):
@@ -179,6 +194,10 @@ class ModelConfig:
             fail("local_rope_scaling needs local_rope_theta")
         if self.local_rope_theta is not None and not self.local_rope_theta > 0:
             fail(f"local_rope_theta must be positive, got {self.local_rope_theta}")
+        if not isinstance(self.fused_projections, bool):
+            fail(f"fused_projections must be True or False, got {self.fused_projections!r}")
+        if self.weight_quant not in (None, *WEIGHT_QUANTS):
+            fail(f"weight_quant {self.weight_quant!r} is not None or one of {WEIGHT_QUANTS}")
 
     @property
     def compute_dtype(self):
@@ -189,6 +208,12 @@ class ModelConfig:
     def weight_dtype(self):
         """The jnp dtype of parameters."""
         return DTYPES[self.param_dtype]
+
+    @property
+    def transformed(self) -> bool:
+        """Whether the weights are in a load-time form (fused or quantized) that has no
+        Hugging Face layout or checkpoint of its own."""
+        return self.fused_projections or self.weight_quant is not None
 
     def window(self, layer: int) -> int | None:
         """W of layer ``layer``, or None for a full-attention layer."""

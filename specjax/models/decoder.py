@@ -10,6 +10,9 @@ layer, only to those fewer than W positions before its own. A whole draft tree (
 tokens) is scored in one call by passing the tree's ancestor mask and node depths as positions.
 
 Parameters carry logical axis names (metadata ``logical_axes``) used by the sharding rules.
+Projection weights are kept ``[*in, *out]``; with ``fused_projections`` q/k/v and gate/up are
+one weight each, and with ``weight_quant`` each projection weight is int8 (or fp8) with fp32
+``<name>_scale [*out]`` (:mod:`specjax.models.weights`, :mod:`specjax.models.quant`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specjax.models import attention
+from specjax.models import attention, quant
 from specjax.models.cache import KVCache, write_slots
 from specjax.models.config import ModelConfig
 from specjax.models.rope import apply_rope, inverse_frequencies
@@ -42,12 +45,57 @@ class Forward(NamedTuple):
     features: Array | None
 
 
+def _normal(rngs: nnx.Rngs, shape, config: ModelConfig, scale: float | None = None) -> Array:
+    """A normal(0, scale) array (default 1/sqrt(fan-in)) in the parameter dtype."""
+    std = scale if scale is not None else shape[0] ** -0.5
+    return (std * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(config.weight_dtype)
+
+
 def _param(rngs: nnx.Rngs, shape, axes, config: ModelConfig, scale: float | None = None):
     """A normal(0, scale)-initialised parameter (default 1/sqrt(fan-in)) with logical axes."""
-    fan_in = shape[0]
-    std = scale if scale is not None else fan_in**-0.5
-    value = std * jax.random.normal(rngs.params(), shape, jnp.float32)
-    return nnx.Param(value.astype(config.weight_dtype), logical_axes=axes)
+    return nnx.Param(_normal(rngs, shape, config, scale), logical_axes=axes)
+
+
+def set_weight(module, name: str, value: Array, axes, config: ModelConfig, contracted: int = 1):
+    """Sets projection weight ``module.<name>`` to ``value`` (in the parameter dtype) with its
+    logical ``axes``; with ``config.weight_quant``, to its quantized form and
+    ``module.<name>_scale`` (fp32, one per output channel: the axes after the ``contracted``
+    input axes), as :func:`specjax.models.quant.quantize` makes them."""
+    value = value.astype(config.weight_dtype)  # (quantized from what an unquantized model holds)
+    if config.weight_quant is None:
+        setattr(module, name, nnx.Param(value, logical_axes=axes))
+        return
+    q, scale = quant.quantize(value, config.weight_quant, contracted)
+    setattr(module, name, nnx.Param(q, logical_axes=axes))
+    setattr(module, f"{name}_scale", nnx.Param(scale, logical_axes=tuple(axes[contracted:])))
+
+
+def project(spec: str, x: Array, module, name: str, dtype, shape=None) -> Array:
+    """``einsum(spec, x, module.<name>)`` in ``dtype`` (the weight reshaped to ``shape`` first if
+    given), scaled per output channel when the weight is quantized (:func:`quant.qdot`)."""
+    w = getattr(module, name)[...]
+    w = w if shape is None else w.reshape(shape)
+    scale = getattr(module, f"{name}_scale", None)
+    return quant.qdot(spec, x, w, None if scale is None else scale[...], dtype)
+
+
+def fuse_qkv(q: Array, k: Array, v: Array) -> Array:
+    """``[..., G, R + 2, E]`` of q ``[..., H, E]``, k and v ``[..., G, E]`` (weights with a
+    leading D, biases and scales without): each KV group's R = H / G query heads (query head
+    ``g * R + r``, the grouping attention uses), then its key head, then its value head.
+
+    Grouped by KV head, not ``[q; k; v]`` end to end, so that splitting G over devices gives each
+    device its q, k and v heads in one contiguous shard and the split after the GEMM is local."""
+    g = k.shape[-2]
+    q = q.reshape(*q.shape[:-2], g, q.shape[-2] // g, q.shape[-1])
+    return jnp.concatenate([q, k[..., None, :], v[..., None, :]], axis=-2)
+
+
+def fuse_gate_up(gate: Array, up: Array) -> Array:
+    """``[..., 2, F]`` of gate and up ``[..., F]`` (weights ``[D, F]``, scales ``[F]``): stacked
+    on an axis of their own, so that splitting F over devices keeps each device's gate and up
+    columns together (``[D, 2F]`` would put gate on the first devices, up on the last)."""
+    return jnp.stack([gate, up], axis=-2)
 
 
 def _zeros(shape, axes, config: ModelConfig):
@@ -105,17 +153,37 @@ class RMSNorm(nnx.Module):
 
 
 class Attention(nnx.Module):
-    """Grouped-query attention over the KV cache with an arbitrary mask among new tokens."""
+    """Grouped-query attention over the KV cache with an arbitrary mask among new tokens.
+
+    Weights: ``wq [D, H, E]``, ``wk``/``wv [D, G, E]`` (biases ``bq [H, E]``, ``bk``/``bv [G,
+    E]``), or with ``fused_projections`` one ``wqkv [D, G, R + 2, E]`` (bias ``bqkv [G, R + 2,
+    E]``; :func:`fuse_qkv`); ``wo [H, E, D]``. With ``weight_quant`` each weight ``w`` also has
+    ``w_scale`` over its output axes (``[H, E]``, ``[G, R + 2, E]``, ``[D]``).
+    """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
         d, h, g, e = c.dim, c.num_heads, c.num_kv_heads, c.head_dim
         self.config = c
-        self.wq = _param(rngs, (d, h, e), ("embed", "heads", "head_dim"), c)
-        self.wk = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
-        self.wv = _param(rngs, (d, g, e), ("embed", "kv_heads", "head_dim"), c)
-        self.wo = _param(rngs, (h, e, d), ("heads", "head_dim", "embed"), c, (h * e) ** -0.5)
-        if c.qkv_bias:
+        # Drawn in the same order either way, so a fused or quantized config gives the weights
+        # fuse_projections / quantize_weights make of the plain one with the same seed.
+        wq = _normal(rngs, (d, h, e), c)
+        wk = _normal(rngs, (d, g, e), c)
+        wv = _normal(rngs, (d, g, e), c)
+        if c.fused_projections:
+            # TODO(sharding): where the model axis does not divide G, kv_heads is replicated
+            # (model_rules), and so is every device's whole q/k/v GEMM; unfused, q is split.
+            axes = ("embed", "kv_heads", None, "head_dim")
+            set_weight(self, "wqkv", fuse_qkv(wq, wk, wv), axes, c)
+        else:
+            set_weight(self, "wq", wq, ("embed", "heads", "head_dim"), c)
+            set_weight(self, "wk", wk, ("embed", "kv_heads", "head_dim"), c)
+            set_weight(self, "wv", wv, ("embed", "kv_heads", "head_dim"), c)
+        wo = _normal(rngs, (h, e, d), c, (h * e) ** -0.5)
+        set_weight(self, "wo", wo, ("heads", "head_dim", "embed"), c, contracted=2)
+        if c.qkv_bias and c.fused_projections:
+            self.bqkv = _zeros((g, h // g + 2, e), ("kv_heads", None, "head_dim"), c)
+        elif c.qkv_bias:
             self.bq = _zeros((h, e), ("heads", "head_dim"), c)
             self.bk = _zeros((g, e), ("kv_heads", "head_dim"), c)
             self.bv = _zeros((g, e), ("kv_heads", "head_dim"), c)
@@ -140,14 +208,22 @@ class Attention(nnx.Module):
         c = self.config
         dtype = c.compute_dtype
         x = x.astype(dtype)
-        q = jnp.einsum("btd,dhe->bthe", x, self.wq[...].astype(dtype))
-        k = jnp.einsum("btd,dge->btge", x, self.wk[...].astype(dtype))
-        v = jnp.einsum("btd,dge->btge", x, self.wv[...].astype(dtype))
-        if c.qkv_bias:
-            q, k, v = (
-                y + bias[...].astype(dtype)
-                for y, bias in ((q, self.bq), (k, self.bk), (v, self.bv))
-            )
+        if c.fused_projections:  # one GEMM, then slices (see fuse_qkv)
+            qkv = project("btd,dgje->btgje", x, self, "wqkv", dtype)  # [B, T, G, R + 2, E]
+            if c.qkv_bias:
+                qkv = qkv + self.bqkv[...].astype(dtype)
+            r = c.num_heads // c.num_kv_heads
+            q = qkv[:, :, :, :r].reshape(*x.shape[:2], c.num_heads, c.head_dim)
+            k, v = qkv[:, :, :, r], qkv[:, :, :, r + 1]
+        else:
+            q = project("btd,dhe->bthe", x, self, "wq", dtype)
+            k = project("btd,dge->btge", x, self, "wk", dtype)
+            v = project("btd,dge->btge", x, self, "wv", dtype)
+            if c.qkv_bias:
+                q, k, v = (
+                    y + bias[...].astype(dtype)
+                    for y, bias in ((q, self.bq), (k, self.bk), (v, self.bv))
+                )
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         inv = inverse_frequencies(c.head_dim, *c.rope(layer))
@@ -178,8 +254,7 @@ class Attention(nnx.Module):
         # One [B, T, H*E] x [H*E, D] product: contracting (h, e) of wo in its stored order, so
         # XLA never re-lays out the weight (an einsum over "bthe,hed" copied wo every step).
         out = out.reshape(b, t, c.num_heads * c.head_dim)
-        wo = self.wo[...].astype(dtype).reshape(c.num_heads * c.head_dim, -1)  # [H*E, D]
-        out = jnp.einsum("bti,id->btd", out, wo)
+        out = project("bti,id->btd", out, self, "wo", dtype, (c.num_heads * c.head_dim, -1))
         if c.out_bias:
             out = out + self.bo[...].astype(dtype)
         return out, cache_k, cache_v
@@ -187,23 +262,34 @@ class Attention(nnx.Module):
 
 class MLP(nnx.Module):
     """The gated MLP: ``w_down(act(w_gate x) * w_up x)``, act SiLU (SwiGLU) or tanh-GELU
-    (GeGLU)."""
+    (GeGLU); ``w_gate``/``w_up [D, F]`` or, fused, ``w_gate_up [D, 2, F]``
+    (:func:`fuse_gate_up`); ``w_down [F, D]`` (with ``weight_quant``, scales ``[F]``, ``[2, F]``,
+    ``[D]``)."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, f = config.dim, config.ffn_dim
         self.dtype = config.compute_dtype
         self.gelu = config.activation == "gelu_tanh"
-        self.w_gate = _param(rngs, (d, f), ("embed", "mlp"), config)
-        self.w_up = _param(rngs, (d, f), ("embed", "mlp"), config)
-        self.w_down = _param(rngs, (f, d), ("mlp", "embed"), config)
+        self.fused = config.fused_projections
+        gate, up = _normal(rngs, (d, f), config), _normal(rngs, (d, f), config)
+        if self.fused:  # [D, 2, F]: one GEMM (see fuse_gate_up)
+            set_weight(self, "w_gate_up", fuse_gate_up(gate, up), ("embed", None, "mlp"), config)
+        else:
+            set_weight(self, "w_gate", gate, ("embed", "mlp"), config)
+            set_weight(self, "w_up", up, ("embed", "mlp"), config)
+        set_weight(self, "w_down", _normal(rngs, (f, d), config), ("mlp", "embed"), config)
 
     def __call__(self, x: Array) -> Array:  # [B, T, D]
         dt = self.dtype
         x = x.astype(dt)
-        gate = jnp.einsum("btd,df->btf", x, self.w_gate[...].astype(dt))
-        up = jnp.einsum("btd,df->btf", x, self.w_up[...].astype(dt))
+        if self.fused:
+            gate_up = project("btd,dkf->btkf", x, self, "w_gate_up", dt)  # [B, T, 2, F]
+            gate, up = gate_up[:, :, 0], gate_up[:, :, 1]
+        else:
+            gate = project("btd,df->btf", x, self, "w_gate", dt)
+            up = project("btd,df->btf", x, self, "w_up", dt)
         act = jax.nn.gelu(gate, approximate=True) if self.gelu else jax.nn.silu(gate)
-        return jnp.einsum("btf,fd->btd", act * up, self.w_down[...].astype(dt))
+        return project("btf,fd->btd", act * up, self, "w_down", dt)
 
 
 class Block(nnx.Module):
@@ -246,8 +332,9 @@ class Decoder(nnx.Module):
         )
         self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
         self.norm = RMSNorm(config)
-        if not config.tie_embeddings:
-            self.lm_head = _param(rngs, (config.dim, config.vocab_size), ("embed", "vocab"), config)
+        if not config.tie_embeddings:  # (a tied head stays float: it is the embedding)
+            head = _normal(rngs, (config.dim, config.vocab_size), config)
+            set_weight(self, "lm_head", head, ("embed", "vocab"), config)
 
     def embed_tokens(self, tokens: Array) -> Array:
         """``[B, T, D]`` the embeddings of ``tokens [B, T]`` in the compute dtype (times
@@ -267,7 +354,7 @@ class Decoder(nnx.Module):
         if c.tie_embeddings:  # contract with the [V, D] embedding as stored: no transpose
             logits = tied_logits(x, self.embed[...].astype(dtype))
         else:
-            logits = jnp.einsum("btd,dv->btv", x, self.lm_head[...].astype(dtype))
+            logits = project("btd,dv->btv", x, self, "lm_head", dtype)
         return softcap(logits.astype(jnp.float32), c.final_softcap)
 
     def __call__(

@@ -118,8 +118,20 @@ def _norm_names(config: ModelConfig) -> dict[str, str]:
 
 
 def sources(config: ModelConfig) -> dict[Path, Source]:
-    """Every parameter of ``Decoder(config)``: its path and its :class:`Source`."""
+    """Every parameter of ``Decoder(config)``: its path and its :class:`Source`.
+
+    Raises:
+      ValueError: ``config`` is a load-time form (fused or quantized weights), which has no
+        Hugging Face layout (nor, therefore, a checkpoint of its own).
+    """
     c = config
+    if c.transformed:
+        raise ValueError(
+            f"model {c.name} has fused_projections / weight_quant, a form made at load time "
+            "that is neither saved nor exported; save the model as loaded (before "
+            "fuse_projections / quantize_weights) and apply them again when loading "
+            "(load_model(..., fuse_projections=True, weight_quant='int8'))"
+        )
     d, h, g, e, f, v = c.dim, c.num_heads, c.num_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size
     out = {("embed",): Source("model.embed_tokens.weight", (v, d), (v, d))}
     for i in range(c.num_layers):

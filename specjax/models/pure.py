@@ -83,6 +83,8 @@ def truncated(module: Decoder, num_layers: int) -> Decoder:
     draft.layers = nnx.List(list(module.layers)[:num_layers])
     if not config.tie_embeddings:
         draft.lm_head = module.lm_head
+        if config.weight_quant is not None:
+            draft.lm_head_scale = module.lm_head_scale
     return draft
 
 

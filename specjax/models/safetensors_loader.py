@@ -183,9 +183,9 @@ def save_safetensors(
     """Writes ``config.json`` and HF-layout safetensors (sharded with an index json when the
     weights exceed ``max_shard_bytes``). Returns the directory."""
     directory = Path(directory)
+    tensors = params_to_hf(params, config)  # (first: it refuses a fused or quantized model)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
-    tensors = params_to_hf(params, config)
     shards, size = [{}], 0
     for name, x in tensors.items():
         if max_shard_bytes and size + x.nbytes > max_shard_bytes and shards[-1]:

@@ -20,7 +20,8 @@ import numpy as np
 from flax import nnx
 
 from specjax import sharding
-from specjax.models import checkpoint
+from specjax.models import checkpoint, weights
+from specjax.models.config import WEIGHT_QUANTS
 from specjax.models.decoder import Decoder
 from specjax.models.fetch import fetch_smollm2
 from specjax.models.gguf_loader import load_gguf
@@ -30,7 +31,14 @@ from specjax.models.tokenizer import ByteTokenizer
 
 
 def load_model(
-    path: str, dtype: str = "", mesh=None, replicated: bool = False, role: str = "model"
+    path: str,
+    dtype: str = "",
+    mesh=None,
+    replicated: bool = False,
+    role: str = "model",
+    *,
+    fuse_projections: bool = False,
+    weight_quant: str | None = None,
 ):
     """A model and its tokenizer from a source name.
 
@@ -43,14 +51,29 @@ def load_model(
       replicated: with a mesh, replicate the parameters instead of splitting them
         (tensor parallelism over ``model``).
       role: what the model is (``"target"``, ``"draft"``), named in errors.
+      fuse_projections: fuse q/k/v and gate/up into one GEMM each once loaded
+        (:func:`specjax.models.fuse_projections`).
+      weight_quant: ``"int8"`` or ``"fp8"`` to quantize the projection weights once loaded
+        (:func:`specjax.models.quantize_weights`; the quantized model is the one decoded), or
+        None / ``""``.
 
     Returns:
       ``(Decoder, tokenizer)``; the tokenizer is None for a checkpoint saved without one.
 
     Raises:
       FileNotFoundError: ``path`` names no file or directory.
+      ValueError: a bad ``dtype`` or ``weight_quant`` (before anything is read).
     """
-    path = os.fspath(path)
+    if weight_quant and weight_quant not in WEIGHT_QUANTS:
+        raise ValueError(
+            f"{role} weight_quant {weight_quant!r} is not one of {WEIGHT_QUANTS} (or '': none)"
+        )
+    module, tokenizer = _load(os.fspath(path), dtype, mesh, replicated, role)
+    return weights.transform(module, fuse_projections, weight_quant or None), tokenizer
+
+
+def _load(path: str, dtype: str, mesh, replicated: bool, role: str):
+    """:func:`load_model` before the load-time transforms."""
     if dtype:
         try:
             floating = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)

@@ -40,7 +40,7 @@ figures first; each item warmed up, compile time excluded):
   -- every verifier at V = 128256, B = 1, 8, 64 against a read-once of its inputs; **ssd** (when
   named) -- SSD with SmolLM2's first 8 layers as the draft on the host CPU.
 
-Each section has a time budget (``--budgets``; the default sections' sum to 505 s, compiles
+Each section has a time budget (``--budgets``; the default sections' sum to 515 s, compiles
 included); an item that would start after it is spent is skipped with a note. An item that
 fails records its error and the run goes on. Both files are replaced after every item, so a run
 stopped by a time limit keeps what finished. Progress goes to stderr; the key figures and the

@@ -131,7 +131,7 @@ def step_section(sec: Section, bench: Bench) -> None:
                 sec.note(f"The profiler trace has no GPU device on {platform}: no kernel count.")
     sec.note(
         "Variants: "
-        + "; ".join(f"{k} {_shown(v)}" for k, v in variants.STEP_OPTIONS.items())
+        + "; ".join(f"{k} {_shown(v)}".strip() for k, v in variants.STEP_OPTIONS.items())
         + ". The profiled row counts the kernel events of one traced call of "
         f"{sizes.profile_steps} steps, per step; XLA:GPU runs op by op under the profiler."
     )

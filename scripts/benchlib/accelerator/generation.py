@@ -19,9 +19,9 @@ import benchlib
 from benchlib import width_policies
 from benchlib.accelerator.report import Column, Section
 from benchlib.accelerator.shared import Bench, encode_chat
-from benchlib.chat_prompts import CHATS
+from benchlib.chat_prompts import CHATS, held_out
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.buckets import DEFAULT
+from specjax.decode.buckets import DEFAULT, ShapeBuckets
 from specjax.decode.seams import Run
 from specjax.decode.ssd import SSDConfig, SSDDrafter, generate_ssd, ssd_devices, ssd_rates
 from specjax.decode.ssd.fanout import parse_fan_out
@@ -35,10 +35,13 @@ from specjax.models.pure import PureModel
 from specjax.sampling import SamplingParams
 
 
-def _timed_generations(runs: dict[str, Callable], repeats: int) -> dict[str, tuple[Any, float]]:
-    """``name -> (last generation, median seconds)``: one warm-up each (compiles), then
-    ``repeats`` interleaved rounds (:func:`benchlib.interleaved`)."""
-    gens = {name: run() for name, run in runs.items()}
+def _timed_generations(
+    runs: dict[str, Callable], repeats: int, warm: bool = True
+) -> dict[str, tuple[Any, float]]:
+    """``name -> (last generation, median seconds)``: one warm-up each (compiles; ``warm``
+    False: none, the programs being compiled and run already), then ``repeats`` interleaved
+    rounds (:func:`benchlib.interleaved`)."""
+    gens = {name: run() for name, run in runs.items()} if warm else {}
 
     def seconds(name: str) -> float:  # keeps the generation, returns its time
         gens[name] = runs[name]()
@@ -98,14 +101,14 @@ def _width_steps(steps: dict) -> str | None:
     return ", ".join(f"{w}: {n}" for w, n in steps.items()) if steps else None
 
 
-def _adaptive_columns(target, ids: list[int], config, drafter, forced: bool) -> dict:
+def _adaptive_columns(target, ids: list[int], config, drafter, forced: bool, buckets) -> dict:
     """The adaptive program's ``width_costs``, what its policy weighed, with their source
     (:attr:`Run.costs`; :func:`benchlib.width_policies.costs_of`): e.g. ``measured 1.00, 1.27``
     (T = 0: measured in the warm-up) or ``guessed 1.00, 1.40`` (T > 0, block verification: no
     clock may choose), and, if ``forced``, its ``forced_ms``: milliseconds per step forced to
     each width for a whole generation (the second of two runs), e.g. ``2.10, 2.05``: what the
     costs estimate, measured the way a generation spends it."""
-    run = Run.of(target, drafter, [ids], config, 0, None, DEFAULT)
+    run = Run.of(target, drafter, [ids], config, 0, None, buckets)
     source, costs = width_policies.costs_of(run)
     out = {"width_costs": f"{source} " + ", ".join(f"{c:.2f}" for c in costs)}
     if forced:
@@ -123,37 +126,61 @@ def _adaptive_columns(target, ids: list[int], config, drafter, forced: bool) -> 
 
 
 def speculative_section(sec: Section, bench: Bench) -> None:
-    """Autoregressive, n-gram and learned-head speculation on SmolLM2, batch 1."""
+    """Autoregressive against the n-gram drafter and the learned head on SmolLM2, batch 1,
+    prompt by prompt; the head's median speedup per temperature is a key figure."""
     sizes = bench.sizes
     sec.columns = GEN_COLUMNS
     target, tok, note = bench.smollm2("float32")
     cfg = target.config
-    sec.note(
-        f"SmolLM2 fp32: {note}; {sizes.new_tokens} new tokens, no stop token; speedup = "
-        "autoregressive time / time; block efficiency = tokens per target call."
+    prompts, prompts_note = held_out(sizes.mtbench, sizes.prompts)
+    buckets = (
+        DEFAULT if sizes.prompt_bucket is None else ShapeBuckets(prompt=(sizes.prompt_bucket,))
     )
-    head = None
-    if sizes.quick:
+    sec.note(
+        f"SmolLM2 fp32: {note}; {prompts_note}; {sizes.new_tokens} new tokens, no stop token; "
+        f"speedup = autoregressive time / time, {sizes.gen_repeats} interleaved round(s) per "
+        "prompt after a warm-up (the first prompt's alone where one prompt bucket makes every "
+        "prompt run the same programs); block efficiency = tokens per target call."
+        + (
+            f" Every prompt padded to {sizes.prompt_bucket} tokens (one compile per "
+            "configuration; prefill scores the padding alike everywhere)."
+            if sizes.prompt_bucket
+            else ""
+        )
+    )
+    head, why = None, None
+    if "head" not in sizes.drafters:
+        why = "the learned head is not among this run's drafters"
+    elif sizes.quick:
         head = _random_head(target)
         sec.note("Learned head: a randomly initialised head (--quick; the code path only).")
     elif tok is None:
-        sec.note("Learned head skipped: it needs the real SmolLM2 weights (GGUF not cached).")
+        why = "it needs SmolLM2's real weights (the GGUF is not in $SPECJAX_CACHE)"
     elif not (Path(bench.head_dir) / "params.npz").is_file():
-        sec.note(f"Learned head skipped: no head at {bench.head_dir}.")
+        why = f"no head at {bench.head_dir}"
     else:
         head = sec.item("load head", lambda: load_head(bench.head_dir, target.module))
         if head is not None:
             sec.note(f"Learned head: {bench.head_dir} (FeatureDrafter, L = {sizes.head_len}).")
+        else:
+            why = "loading it was skipped or failed (see the notes and errors)"
+    if why:
+        sec.note(f"Learned head skipped: {why}.")
     ngram = dict(max_ngram=3, min_ngram=1)  # configs/smollm2.py (via shakespeare.py)
     sec.note(
         f"n-gram drafter: L = {sizes.ngram_len}, n = 3..1 (configs/smollm2.py). T = 0: greedy "
-        "verifier; T = 1: block verifier. Each drafter drafts L tokens every step, and, as the "
-        "CLI does by default (widths=auto), L or none per step (`adaptive (0, L)`). Width "
-        "costs: the cost of a step at each width in width-0 steps that the policy weighed, and "
-        "where it came from: measured once per program in the warm-up, before the timed rounds "
-        "(T = 0), or guessed (T > 0 with block verification, where no clock may choose); ms "
-        "per step forced to each width: the same program forced to each width for a whole "
-        "generation (what measured costs estimate)."
+        "verifier; T = 1: block verifier. Each drafter drafts L tokens every step"
+        + (
+            ", and, as the CLI does by default (widths=auto), L or none per step "
+            "(`adaptive (0, L)`). Width costs: the cost of a step at each width in width-0 "
+            "steps that the policy weighed, and where it came from: measured once per program "
+            "in the warm-up, before the timed rounds (T = 0), or guessed (T > 0 with block "
+            "verification, where no clock may choose); ms per step forced to each width: the "
+            "same program forced to each width for a whole generation (what measured costs "
+            "estimate)."
+            if sizes.adaptive
+            else "."
+        )
     )
     new = sizes.new_tokens
     configs = {}  # temperature -> method -> (config, drafter)
@@ -161,7 +188,9 @@ def speculative_section(sec: Section, bench: Bench) -> None:
         params = SamplingParams(temperature=temp)
         spec = DecodeConfig("greedy" if temp == 0 else "block", params, new)
         configs[temp] = {"autoregressive": (DecodeConfig("autoregressive", params, new), None)}
-        drafters = {"n-gram": NgramDrafter(cfg.vocab_size, draft_len=sizes.ngram_len, **ngram)}
+        drafters = {}
+        if "ngram" in sizes.drafters:
+            drafters["n-gram"] = NgramDrafter(cfg.vocab_size, draft_len=sizes.ngram_len, **ngram)
         if head is not None:
             drafters["head"] = FeatureDrafter(
                 head, num_paths=1, draft_len=sizes.head_len, sampling=params
@@ -169,13 +198,21 @@ def speculative_section(sec: Section, bench: Bench) -> None:
         for name, drafter in drafters.items():
             l_len = drafter.draft_len
             configs[temp][f"{name} L={l_len}"] = (spec, drafter)
-            adaptive = dataclasses.replace(spec, widths=(0, l_len))
-            configs[temp][f"{name} adaptive (0, {l_len})"] = (adaptive, drafter)
-    for prompt in sizes.prompts:  # prompts outside: a spent budget drops prompts, not a T
-        ids = encode_chat(tok, CHATS[prompt], cfg.vocab_size)
+            if sizes.adaptive:
+                adaptive = dataclasses.replace(spec, widths=(0, l_len))
+                configs[temp][f"{name} adaptive (0, {l_len})"] = (adaptive, drafter)
+    if all(len(methods) == 1 for methods in configs.values()):
+        sec.note("No drafter to measure: the prompts are not run (autoregressive alone).")
+        prompts = {}
+    for i, (prompt, text) in enumerate(prompts.items()):  # a spent budget drops prompts, not a T
+        ids = encode_chat(tok, text, cfg.vocab_size)
+        # One prompt bucket: every prompt runs the first prompt's programs (a generation times
+        # compiled programs alone, and runs a new program once before timing), so only the
+        # first prompt warms up.
+        warm = i == 0 or sizes.prompt_bucket is None
         for temp in sizes.temperatures:
             runs = {
-                name: functools.partial(generate, target, [ids], c, d, seed=0)
+                name: functools.partial(generate, target, [ids], c, d, seed=0, buckets=buckets)
                 for name, (c, d) in configs[temp].items()
             }
             adaptive = {name: cd for name, cd in configs[temp].items() if cd[0].widths}
@@ -185,10 +222,10 @@ def speculative_section(sec: Section, bench: Bench) -> None:
             if sizes.quick:
                 forced = forced[: 1 if temp == sizes.temperatures[0] else 0]
 
-            def measure(runs=runs, ids=ids, adaptive=adaptive, forced=forced):
-                timed = _timed_generations(runs, sizes.gen_repeats)
+            def measure(runs=runs, ids=ids, adaptive=adaptive, forced=forced, warm=warm):
+                timed = _timed_generations(runs, sizes.gen_repeats, warm)
                 columns = {
-                    name: _adaptive_columns(target, ids, *cd, forced=name in forced)
+                    name: _adaptive_columns(target, ids, *cd, name in forced, buckets)
                     for name, cd in adaptive.items()
                 }
                 return timed, columns
@@ -196,6 +233,28 @@ def speculative_section(sec: Section, bench: Bench) -> None:
             measured = sec.item(f"T={temp:g} {prompt}", measure)
             if measured is not None:
                 _gen_rows(sec, temp, prompt, measured[0], new, measured[1])
+    _head_figures(sec, sizes.temperatures, f"head L={sizes.head_len}", why)
+
+
+def _head_figures(sec: Section, temperatures, method: str, why: str | None) -> None:
+    """``head_speedup_t0_median`` and ``_t1_median``: the head's median speedup over the
+    prompts measured at T = 0 and 1 (null, with the reason, where it was not measured)."""
+    for temp, key in ((0.0, "head_speedup_t0_median"), (1.0, "head_speedup_t1_median")):
+        speedups = [
+            r["speedup"]
+            for r in sec.data["rows"]
+            if r["method"] == method and r["temperature"] == temp
+        ]
+        if speedups:
+            sec.figure(key, statistics.median(speedups))
+            sec.note(f"{method} at T = {temp:g}: median speedup over {len(speedups)} prompts.")
+        elif temp not in temperatures:
+            sec.figure(key, None, f"T = {temp:g} is not among this run's temperatures")
+        elif why:
+            sec.figure(key, None, f"the learned head was not measured: {why}")
+        else:
+            reason = "no prompt was measured at this T (the budget was spent, or errors)"
+            sec.figure(key, None, reason)
 
 
 def _random_head(target: PureModel) -> EagleHead:

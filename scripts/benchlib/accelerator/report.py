@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import benchlib
+from benchlib.accelerator import figures
 from benchlib.accelerator.sizes import SECTIONS
 from specjax.files import atomic_write, write_json
 
@@ -107,6 +108,11 @@ class Section:
             self.data["seconds"] = round(self.elapsed, 2)
             self.report.save()
 
+    def figure(self, key: str, value: float | int | None, reason: str | None = None) -> None:
+        """Sets key figure ``key`` (:data:`~benchlib.accelerator.figures.FIGURES`), or, with
+        ``value`` None, says why it is null."""
+        self.report.figure(key, value, reason)
+
     def error(self, err: BaseException, label: str | None = None) -> None:
         self.data["errors"].append(
             {
@@ -136,6 +142,17 @@ class Report:
     def __init__(self, md_path: Path, json_path: Path, meta: dict[str, Any]):
         self.md_path, self.json_path, self.meta = md_path, json_path, meta
         self.sections: dict[str, Section] = {}
+        self.figures: dict[str, Any] = figures.initial()
+
+    def figure(self, key: str, value: float | int | None, reason: str | None = None) -> None:
+        """See :meth:`Section.figure`."""
+        if key not in figures.FIGURES:
+            raise KeyError(f"{key!r} is not a key figure: add it to figures.FIGURES")
+        self.figures[key] = value
+        if value is None:
+            self.figures[f"{key}_reason"] = reason or "not measured"
+        else:
+            self.figures.pop(f"{key}_reason", None)
 
     def section(self, name: str, budget_s: float) -> Section:
         self.sections[name] = Section(self, name, budget_s)
@@ -153,6 +170,12 @@ class Report:
         d = section.data
         d["seconds"] = round(section.elapsed, 2)
         d["status"] = "error" if d["errors"] else d["status"].replace("running", "ok")
+        for key, (owner, _, _) in figures.FIGURES.items():
+            if owner == name and self.figures.get(f"{key}_reason") == figures.not_run(name):
+                self.figures[f"{key}_reason"] = (
+                    f"the {name} section ({d['status']}) did not measure it: see its notes "
+                    "and errors"
+                )
         self.save()
         log(f"=== {name}: {d['status']} in {d['seconds']:.1f} s")
 
@@ -164,7 +187,7 @@ class Report:
     def save(self) -> None:
         meta = self.meta | {"seconds": round(time.perf_counter() - _START, 1)}
         sections = {k: s.data for k, s in self.sections.items()}
-        write_json(self.json_path, _clean({**meta, "sections": sections}))
+        write_json(self.json_path, _clean({**meta, **self.figures, "sections": sections}))
         atomic_write(self.md_path, self.markdown(meta))
 
     def markdown(self, meta: dict[str, Any]) -> str:
@@ -182,4 +205,29 @@ class Report:
                 f"{meta['platform']}; the numbers check that the code runs, nothing more.*",
                 "",
             ]
-        return "\n".join(head) + "\n" + "\n".join(s.markdown() for s in self.sections.values())
+        body = [self.figures_markdown()] + [s.markdown() for s in self.sections.values()]
+        return "\n".join(head) + "\n" + "\n".join(body)
+
+    def summary(self) -> str:
+        """What a run prints last: the key figures, then the ops section's table if it ran."""
+        lines = ["Key figures:"]
+        for key, (_, _, spec) in figures.FIGURES.items():
+            value = self.figures.get(key)
+            reason = self.figures.get(f"{key}_reason")
+            shown = format(value, spec) if value is not None else f"null ({reason})"
+            lines.append(f"  {key}: {shown}")
+        ops = self.sections.get("ops")
+        if ops is not None:
+            lines += ["", ops.markdown()]
+        return "\n".join(lines)
+
+    def figures_markdown(self) -> str:
+        """The key figures as a table (a null one with its reason)."""
+        rows = []
+        for key, (_, what, spec) in figures.FIGURES.items():
+            value = self.figures.get(key)
+            shown = format(value, spec) if value is not None else "—"
+            reason = "" if value is not None else self.figures.get(f"{key}_reason", "")
+            rows.append([f"`{key}`", what, shown, reason])
+        table = benchlib.table(["key", "what", "value", "why null"], rows, left=4)
+        return f"## Key figures\n\n{table}\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 from flax import nnx
 
 import benchlib
+from benchlib.accelerator.ceiling import measure_bandwidth
 from benchlib.accelerator.sizes import Sizes
 from specjax.models import (
     Decoder,
@@ -58,12 +60,22 @@ class Bench:
     sizes: Sizes
     gguf: Path | None  # the cached SmolLM2 GGUF, None: random weights of its shape
     head_dir: str
+    hlo_dir: Path | None = None  # where compiled programs' HLO text is written, if anywhere
     bandwidth: dict[str, float] = dataclasses.field(default_factory=dict)
     _smollm2: dict = dataclasses.field(default_factory=dict)
 
+    def dump_hlo(self, name: str, text: str) -> None:
+        """Writes ``text`` gzipped to ``<hlo_dir>/<name>.hlo.txt.gz`` (nothing without
+        ``hlo_dir``)."""
+        if self.hlo_dir is not None:
+            self.hlo_dir.mkdir(parents=True, exist_ok=True)
+            with gzip.open(self.hlo_dir / f"{name}.hlo.txt.gz", "wt", encoding="utf-8") as f:
+                f.write(text)
+
     def copy_bandwidth(self) -> float:
-        """Copy bandwidth (bytes read + written per second), measured once (see
-        :func:`measure_bandwidth`)."""
+        """The copy ceiling (bytes read + written per second, timed inside one program),
+        measured once (:func:`~benchlib.accelerator.ceiling.measure_bandwidth`; ``bandwidth``
+        then also holds ``host_copy``, the ceiling timed per host call)."""
         if "copy" not in self.bandwidth:
             self.bandwidth.update(measure_bandwidth(self.sizes))
         return self.bandwidth["copy"]
@@ -153,26 +165,3 @@ def encode_chat(tokenizer, text: str, vocab: int) -> list[int]:
     if tokenizer is None:
         return [b % vocab for b in text.encode()]
     return encode_chat_turns(tokenizer, [text])[0]
-
-
-BANDWIDTH_OPS = {
-    "copy: jnp.copy(x)": (jnp.copy, 2),
-    "copy: x + 1": (lambda x: x + 1, 2),
-    "read: sum(x)": (jnp.sum, 1),
-}
-"""Operation -> (jitted function of a float32 array, bytes moved per byte of the array)."""
-
-
-def measure_bandwidth(sizes: Sizes) -> dict[str, Any]:
-    """Bandwidth of :data:`BANDWIDTH_OPS` (bytes read + written per second) on one float32
-    array of ``sizes.copy_bytes``; ``copy``: the faster of the two copies."""
-    x = jnp.ones(sizes.copy_bytes // 4, jnp.float32)
-    rows = []
-    for what, (fn, moved) in BANDWIDTH_OPS.items():
-        compiled = jax.jit(fn).lower(x).compile()
-        ms, _ = median_ms(lambda compiled=compiled: compiled(x), sizes)
-        rows.append(
-            dict(what=what, mib=x.nbytes / (1 << 20), ms=ms, gb_s=moved * x.nbytes / ms / 1e6)
-        )
-    copy = max((r for r in rows if r["what"].startswith("copy")), key=lambda r: r["gb_s"])
-    return {"copy": copy["gb_s"] * 1e9, "copy_op": copy["what"], "rows": rows}

@@ -23,14 +23,25 @@ class Sizes:
     Attributes:
       quick: tiny random stand-ins on whatever device (``--quick``) instead of SmolLM2 and the
         Llama-3-8B shape.
-      copy_bytes: bytes of the array copied to measure bandwidth.
+      copy_bytes: bytes of the array copied per host call (the old ceiling).
+      ceiling_bytes: bytes of the bf16 array of the in-program copy ceiling; ceiling_passes:
+        its read-modify-write passes in one program.
       context: committed tokens before the timed decode step; capacity: KV-cache slots.
-      batches: decode-step batch sizes.
+      batches: decode-step batch sizes (the decode section's and the Llama-3-8B shape's).
+      step_steps: decode steps per program call for SmolLM2's in-loop step; llama_steps: for
+        the Llama-3-8B shape's; profile_steps: steps in the profiler trace.
+      loop_warmup, loop_repeats: untimed then timed calls of an in-loop program (median).
       verify_vocab: V of the verifier inputs; verify_batches: their B; verify_len: L;
         multi_paths: K of the multi-path verifiers (chains have K = 1).
       new_tokens: tokens generated per speculative generation (batch 1); ssd_new_tokens: per
         SSD section generation.
       prompts: chat prompts (names in ``CHATS``); ssd_prompts: those of the SSD section.
+      mtbench: MT-bench first turns put before ``prompts`` in the speculative section (the
+        held-out prompts; 0: none; skipped with a note where they are not in the cache).
+      prompt_bucket: tokens every speculative prompt is padded to (one compile per
+        configuration), or None for specjax's default buckets.
+      drafters: the speculative section's drafters, of ``ngram`` and ``head``; adaptive: it
+        also runs each with ``widths=(0, L)`` (and the forced-width columns).
       ngram_len: L of the n-gram drafter; head_len: L of the learned head.
       temperatures: of the speculative section; ssd_temperatures: of the SSD section.
       ssd_len: L of SSD and of its plain-speculation baseline; ssd_budget: SSD's branches C;
@@ -43,9 +54,16 @@ class Sizes:
 
     quick: bool
     copy_bytes: int
+    ceiling_bytes: int
+    ceiling_passes: int
     context: int
     capacity: int
     batches: tuple[int, ...]
+    step_steps: int
+    llama_steps: int
+    profile_steps: int
+    loop_warmup: int
+    loop_repeats: int
     verify_vocab: int
     verify_batches: tuple[int, ...]
     verify_len: int
@@ -54,6 +72,10 @@ class Sizes:
     ssd_new_tokens: int
     prompts: tuple[str, ...]
     ssd_prompts: tuple[str, ...]
+    mtbench: int
+    prompt_bucket: int | None
+    drafters: tuple[str, ...]
+    adaptive: bool
     ngram_len: int
     head_len: int
     temperatures: tuple[float, ...]
@@ -72,9 +94,16 @@ class Sizes:
 FULL = Sizes(
     quick=False,
     copy_bytes=2 * GIB,
+    ceiling_bytes=4 * GIB,
+    ceiling_passes=16,
     context=1024,
     capacity=2048,
     batches=(1, 8),
+    step_steps=256,
+    llama_steps=64,
+    profile_steps=16,
+    loop_warmup=1,
+    loop_repeats=3,
     verify_vocab=128256,
     verify_batches=(1, 8, 64),
     verify_len=4,
@@ -83,6 +112,10 @@ FULL = Sizes(
     ssd_new_tokens=64,
     prompts=tuple(CHATS),
     ssd_prompts=("summarize",),
+    mtbench=20,  # + CHATS' three: the 23 held-out prompts of BENCHMARKS.md
+    prompt_bucket=256,
+    drafters=("head",),
+    adaptive=False,
     ngram_len=4,
     head_len=3,
     temperatures=(0.0, 1.0),
@@ -92,39 +125,75 @@ FULL = Sizes(
     draft_layers=8,
     warmup=2,
     repeats=10,
-    gen_repeats=3,
+    gen_repeats=1,  # one round per prompt after a warm-up, as BENCHMARKS' head tables
     ssd_repeats=1,
-    budgets=dict(versions=20, bandwidth=30, decode=110, verify=70, speculative=150, ssd=120),
-    # about 8 minutes with the start, typically less (versions, bandwidth, verify end early)
+    budgets=dict(
+        versions=10,
+        bandwidth=20,
+        step=140,
+        llama8b=150,
+        speculative=170,
+        ops=25,
+        decode=110,
+        verify=70,
+        ssd=120,
+    ),
+    # The default sections (DEFAULT_SECTIONS): 515 s with ~12-16 s GPU compiles per SmolLM2
+    # program and ~15-30 s per Llama-3-8B-shape one, inside the 9 minutes of a lease's call.
 )
 
 QUICK = dataclasses.replace(
     FULL,
     quick=True,
     copy_bytes=8 << 20,
+    ceiling_bytes=8 << 20,
     context=24,
     capacity=64,
-    batches=(2,),
+    batches=(1, 8),
+    step_steps=8,
+    llama_steps=8,
+    profile_steps=4,
     verify_vocab=512,
     verify_batches=(2,),
     new_tokens=12,
     ssd_new_tokens=12,
     prompts=("poem",),
     ssd_prompts=("poem",),
+    mtbench=0,
+    prompt_bucket=None,
+    drafters=("ngram", "head"),
+    adaptive=True,
     ssd_budget=5,
     draft_layers=1,
     warmup=1,
     repeats=3,
     gen_repeats=1,
-    budgets=dict(versions=30, bandwidth=30, decode=60, verify=60, speculative=60, ssd=60),
+    budgets=dict(  # generous: a shared CPU can run several times slower than alone
+        versions=30,
+        bandwidth=60,
+        step=120,
+        llama8b=120,
+        speculative=240,
+        ops=120,
+        decode=120,
+        verify=120,
+        ssd=120,
+    ),
 )
 
 SECTIONS = {
     "versions": "Versions",
-    "bandwidth": "Copy bandwidth",
-    "decode": "Decode step against the HBM floor",
-    "verify": "Verifiers against a read-once of their inputs",
+    "bandwidth": "Copy ceiling: inside one program and per host call",
+    "step": "SmolLM2 decode step: N steps inside one program, per variant",
+    "llama8b": "Llama-3-8B-shape decode step inside one program against the HBM floor",
     "speculative": "Speculative vs autoregressive (SmolLM2, batch 1)",
+    "ops": "Operations per layer of the SmolLM2-shape decode step (compiled HLO)",
+    "decode": "Decode step per host call against the HBM floor",
+    "verify": "Verifiers against a read-once of their inputs",
     "ssd": "SSD: draft on the host CPU, target on the accelerator",
 }
 """Section name (``--sections``) -> Markdown heading, in the order they run."""
+
+DEFAULT_SECTIONS = ("versions", "bandwidth", "step", "llama8b", "speculative", "ops")
+"""What a run measures unless ``--sections`` says otherwise: the accelerator issue's figures
+first. ``decode`` (one step per host call), ``verify`` and ``ssd`` run when named."""

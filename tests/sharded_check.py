@@ -273,6 +273,39 @@ def main(which: str) -> None:
             assert not full, (verifier, full[:3])
         print("nogather-ok")
 
+    if which in ("all", "weights", "weights-quick"):  # fused, int8 (tests/test_fused_weights.py)
+        import warnings
+
+        from specjax.models import fuse_projections, quantize_weights
+
+        warnings.filterwarnings("ignore", "weight_quant=int8 on the CPU")
+        # G = 4 KV heads split over the model axis, each device its q/k/v groups; G = 2: the
+        # axis does not divide them, so wqkv is replicated (as wk / wv are unfused)
+        for kv, wqkv_shard in ((4, (32, 1, 4, 4)), (2, (32, 2, 6, 4))):
+            t, d = pair(sigma=0.05, num_heads=8, num_kv_heads=kv)
+            single = quantize_weights(fuse_projections(t), "int8")
+            on_mesh = placed(t, mesh, replicated=False)  # fused and quantized on the mesh
+            s_t = quantize_weights(fuse_projections(on_mesh), "int8")
+            for model in (placed(single, mesh, replicated=False), s_t):
+                layer = model.module.layers[0]
+                shards = lambda x: set(sharding.shard_shapes(x[...]))
+                assert shards(layer.attn.wqkv) == {wqkv_shard}, shards(layer.attn.wqkv)
+                assert shards(layer.attn.wqkv_scale) == {wqkv_shard[1:]}
+                assert shards(layer.mlp.w_gate_up) == {(32, 2, 16)}, shards(layer.mlp.w_gate_up)
+                assert shards(layer.mlp.w_gate_up_scale) == {(2, 16)}
+                assert shards(layer.attn.wo) == {(2, 4, 32)}
+            for a, b in zip(jax.tree.leaves(single.state), jax.tree.leaves(s_t.state), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            if which == "weights-quick" and kv == 2:  # decoding it: the slow tier
+                continue
+            cfg = DecodeConfig("gbv", GREEDY, 16)
+            want = generate(single, PROMPTS, DecodeConfig("autoregressive", GREEDY, 16)).tokens
+            drafter = ModelDrafter(placed(d, mesh, True), num_paths=3, draft_len=3, sampling=GREEDY)
+            got = generate(s_t, PROMPTS, cfg, drafter, mesh=mesh)
+            assert got.tokens == want, (kv, got.tokens, want)
+            assert got.metrics.accepted_tokens > 0
+        print(f"{which}-ok")
+
     if which in ("all", "errors"):
         for shape in ("3,3", "16"):
             try:

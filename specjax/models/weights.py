@@ -28,7 +28,7 @@ from specjax.models.pure import PureModel
 
 CPU_NOTE = (
     "weight_quant={kind} on the CPU decodes slower than float32: XLA:CPU converts each weight "
-    "to the compute dtype before its dot (a SmolLM2-shaped int8 step took about 3-4x the "
+    "to the compute dtype before its dot (a SmolLM2-shaped int8 step took 2-4x the "
     "float32 one, docs/models.md); quantized weights are for GPUs, where the convert is fused "
     "into the GEMM. Leave weight_quant unset on the CPU"
 )

@@ -126,3 +126,20 @@ def test_compiler_variants_run_on_gpu_only():
     assert on_cpu == {"default": {}} and "graphs + WHILE" in note
     assert "WHILE" in variants.STEP_OPTIONS["graphs + WHILE"]["xla_gpu_enable_command_buffer"]
     assert next(iter(variants.model_variants())) == "default"
+
+
+def test_loop_body_looks_through_a_command_buffer_call():
+    """With WHILE in the command buffers, XLA:GPU may move the loop into a called
+    computation: the step is still found."""
+    graphed = HLO.replace(
+        "  %loop = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body\n",
+        "  %loop = (s32[], f32[4]{0}) call(%init), to_apply=%cmd\n",
+    ).replace(
+        "ENTRY %main",
+        "%cmd (c0: (s32[], f32[4])) -> (s32[], f32[4]) {\n"
+        "  %c0 = (s32[], f32[4]{0}) parameter(0)\n"
+        "  ROOT %w = (s32[], f32[4]{0}) while(%c0), condition=%cond, body=%body\n"
+        "}\n\nENTRY %main",
+    )
+    assert hlo_ops.loop_body(graphed) == "body"
+    assert hlo_ops.count_ops(graphed)["while"] == 1

@@ -155,15 +155,24 @@ def _launched(module: Module, name: str) -> int:
 
 
 def loop_body(text: str | Module) -> str:
-    """The body of the ENTRY's outermost ``while`` with the most operations: a decode
+    """The body of the ENTRY's outermost ``while`` with the most operations (looking through
+    ``call``s: XLA:GPU may move a loop into a command buffer's computation): a decode
     program's step (the program is prefill's state in, ``lax.while_loop`` over steps)."""
     module = text if isinstance(text, Module) else parse(text)
     bodies = []
-    for op, line in filter(None, map(_opcode, module.computations[module.entry])):
-        if op == "while":
-            body = _CALLED["while"].search(line)
-            if body and body.group(1) in module.computations:
-                bodies.append(body.group(1))
+
+    def scan(name: str) -> None:
+        for op, line in filter(None, map(_opcode, module.computations[name])):
+            if op == "call":
+                for called in _called(op, line):
+                    if called in module.computations:
+                        scan(called)
+            elif op == "while":
+                body = _CALLED["while"].search(line)
+                if body and body.group(1) in module.computations:
+                    bodies.append(body.group(1))
+
+    scan(module.entry)
     if not bodies:
         raise ValueError("the ENTRY computation has no while loop")
     return max(bodies, key=lambda b: count_ops(module, b)["total"])

@@ -13,7 +13,8 @@ What stays a loop, by design:
 * XLA:CPU's threefry: JAX lowers the five key-mixing rounds as a loop on the CPU only (unrolled
   for CUDA and ROCm); :func:`loops` leaves them out.
 * the model drafter's long catch-up, only with 0 among the widths (a lazily read prompt, a run of
-  width-0 steps): one loop in each drafting width's step (:meth:`ModelDrafter.catch_up`).
+  width-0 steps): two or three loops in each drafting width's step, one per chunk size
+  (:meth:`ModelDrafter.catch_up`).
 * SpecTr's rho* (:func:`~specjax.verify.spectr.spectr_rho`): a few Newton passes over V until
   its bracket closes (5-6, at most 40); unrolled, every step would pay all 40. One per depth.
 * the verifiers' row chunks on the CPU (``lax.map``, :mod:`specjax.verify.rows`), not taken on
@@ -97,15 +98,22 @@ def test_autoregressive_program_has_the_decode_loop_alone(models, params):
 
 def test_greedy_chain_program_has_the_decode_loop_alone(models):
     """The greedy verifier and a model drafter's chain (unrolled, with its bounded catch-up),
-    over attention windows (16 .. the capacity): one loop, no sort."""
+    over attention windows (16 .. the capacity): one loop, no sort, and no copy of a KV cache
+    (the catch-up's conditional updates the donated cache in place)."""
+    config, drafter = DecodeConfig("greedy", GREEDY, 40), model_drafter(models)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(attention, "MIN_WINDOW", 16)
         fresh()  # trace anew with these windows
-        text = decode_text(models[0], DecodeConfig("greedy", GREEDY, 40), model_drafter(models))
+        text = decode_text(models[0], config, drafter)
     fresh()  # later tests trace with the default windows
     assert text.count(" conditional(") >= 3  # the windows' switches (target and draft)
     assert len(loops(text)) == 1
     assert " sort(" not in text
+    batch = prepare(models[0], drafter, PROMPTS, config)
+    c = models[0].config  # the draft's caches have the same shape
+    cache = (c.num_layers, batch.prompts.shape[0], batch.capacity, c.num_kv_heads, c.head_dim)
+    copies = re.findall(rf"= f32\[{','.join(map(str, cache))}\]\S* copy\(", text)
+    assert not copies, copies[:3]
 
 
 SLOW = pytest.mark.slow  # each verifier alone: test_verifiers_have_no_loops
@@ -163,8 +171,9 @@ def test_block_program_with_a_feature_drafter(models):
     "widths,expected",
     [
         # the decode loop; width 0's runs and the steps in each; width L; and the model
-        # drafter's catch-up in width L's step (far behind after width-0 steps)
-        ((0, L), 5),
+        # drafter's catch-up in width L's step (far behind after width-0 steps): chunks of 32,
+        # then of L + 1 (a cache of at most 258 slots has no loop of 256)
+        ((0, L), 6),
         # the decode loop and one loop per width: none in a step
         pytest.param((1, L), 3, marks=SLOW),
     ],

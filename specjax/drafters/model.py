@@ -176,13 +176,14 @@ class ModelDrafter(DrafterBase):
         Without :attr:`far_behind` a row misses at most L + 3 (after a step it misses one or
         two): one forward of L + 1 tokens, under a ``lax.cond``, suffices, and the step has no
         loop (on GPU a loop splits the step's CUDA graph and a data-dependent one syncs with
-        the host). With it, one ``lax.while_loop`` feeds, while a row misses more than
-        :data:`CATCH_UP_LONG` + 2 (a prompt a lazy :meth:`init` left unread), that many tokens
-        per forward; while one misses more than L + 3 (after a run of width-0 steps),
-        :data:`CATCH_UP` (a row missing fewer is fed what it misses); then at most one forward
-        takes L + 1: a small draft's forward costs about the same for 5 tokens as for 32.
-        Either way the forwards are the same for the same cache (the bounded feed is the loop's
-        last), so the tokens do not depend on :attr:`far_behind`.
+        the host). With it: while a row misses more than :data:`CATCH_UP_LONG` + 2 (a prompt a
+        lazy :meth:`init` left unread) the forwards take that many tokens; while one misses
+        more than L + 3 (after a run of width-0 steps) they take :data:`CATCH_UP` (a row
+        missing fewer is fed what it misses), then at most one takes L + 1: a small draft's
+        forward costs about the same for 5 tokens as for 32. One loop per chunk size (one loop
+        choosing its chunk by ``lax.switch`` made XLA copy the caches around its branches).
+        The bounded feed is the loops' last, so the tokens do not depend on
+        :attr:`far_behind`.
 
         Args:
           cache: the draft cache; tokens: int ``[B, U]``; lengths: int ``[B]`` committed tokens.
@@ -198,24 +199,15 @@ class ModelDrafter(DrafterBase):
 
             return run
 
-        behind = lambda ahead, cache: jnp.any(lengths - cache.lengths > 2 + ahead)
-        small = self.draft_len + 1
+        behind = lambda ahead: lambda cache: jnp.any(lengths - cache.lengths > 2 + ahead)
+        small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
         if not self.far_behind:
-            return jax.lax.cond(behind(0, cache), feed(small), lambda c: c, cache)
-        # (chunk, feed while some row misses more than 2 + ahead), smallest first
-        chunks = [(small, 0)]
-        big = min(CATCH_UP, cache.capacity)
-        if big > small:  # big chunks (clipped to what is missing) until one small one is left
-            chunks.append((big, small))
+            return jax.lax.cond(behind(0)(cache), feed(small), lambda c: c, cache)
         if cache.capacity > CATCH_UP_LONG + 2:  # (else no row can miss that many)
-            chunks.append((CATCH_UP_LONG, CATCH_UP_LONG))
-        feeds = [feed(chunk) for chunk, _ in chunks]
-
-        def body(cache):  # the largest chunk whose threshold some row passes
-            index = sum(behind(ahead, cache).astype(jnp.int32) for _, ahead in chunks[1:])
-            return jax.lax.switch(index, feeds, cache) if len(feeds) > 1 else feeds[0](cache)
-
-        return jax.lax.while_loop(lambda c: behind(0, c), body, cache)
+            cache = jax.lax.while_loop(behind(CATCH_UP_LONG), feed(CATCH_UP_LONG), cache)
+        if big > small:  # big chunks (clipped to what is missing) until one small one is left
+            cache = jax.lax.while_loop(behind(small), feed(big), cache)
+        return jax.lax.while_loop(behind(0), feed(small), cache)
 
     def skip(self, state: KVCache, tokens: Array, lengths: Array, active: Array) -> KVCache:
         """A step without a draft: nothing fed now (the next :meth:`propose` catches up)."""

@@ -14,6 +14,7 @@ overflow for any K).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -207,14 +208,17 @@ def gbv_select(
         alive = jnp.where(has_child[:, None], candidates & (tokens_d == chosen[:, None]), alive)
         return alive, length + has_child.astype(jnp.int32), r_child
 
-    # Unrolled over the static depths (a loop inside a decode step splits its GPU graph); each
-    # depth's carry is materialised, as a loop's is, so XLA does not fuse the earlier depths'
-    # decisions into every pass over V.
+    # Unrolled over the static depths (a loop inside a decode step splits its GPU graph), each
+    # after the first under a lax.cond that skips it where no row has a child there (nothing
+    # would change). The conditional materialises the carry, as a loop's: unrolled without one,
+    # XLA fused the earlier depths' decisions into every pass over V.
     carry = (jnp.ones((b, k), bool), jnp.zeros((b,), jnp.int32), jnp.zeros((b,), draft_probs.dtype))
-    r = []  # [B] each: node d's r
-    for d in range(l):
+    r = [carry[2]]  # [B] each: node d's r
+    carry = depth(0, carry)
+    for d in range(1, l):
         r.append(carry[2])
-        carry = lax.optimization_barrier(depth(d, carry))
+        idle = ~jnp.any(carry[0] & (d < n) & (draft_tokens[:, :, d] >= 0))
+        carry = lax.cond(idle, lambda c: c, functools.partial(depth, d), carry)
     alive, length, _ = carry
     r = jnp.stack(r)  # [L, B]
     path = first_true(alive)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -108,12 +110,16 @@ def rrs_iid(p, q, tokens, candidates, u):  # [B, V], [B, V], [B, K], [B, K], [B,
 def siblings(candidate, carry, tokens: Array, candidates: Array, u: Array):
     """``carry`` after ``candidate(carry, (x [B], consider [B], u_j [B]))`` for each of the K
     siblings (``tokens``, ``candidates``, ``u`` ``[B, K]``) in path order, unrolled (K is
-    static and small: a loop inside a decode step splits its GPU graph). The carry passes an
-    ``optimization_barrier`` after each sibling: materialised, as a loop's carry is, so XLA
-    does not fuse every earlier sibling's decision into the next one's passes over V."""
-    for j in range(tokens.shape[-1]):
-        carry, _ = candidate(carry, (tokens[:, j], candidates[:, j], u[:, j]))
-        carry = jax.lax.optimization_barrier(carry)
+    static and small: a loop inside a decode step splits its GPU graph), each after the first
+    under a ``lax.cond`` that skips it where no row considers it (every row's carry would stay
+    as it is; ``accepted`` is ``carry[-2]``). The conditional materialises the carry, as the
+    loop's did: unrolled without one, XLA fused every earlier sibling's decisions into the
+    next one's passes over V."""
+    one = lambda j, c: candidate(c, (tokens[:, j], candidates[:, j], u[:, j]))[0]
+    carry = one(0, carry)
+    for j in range(1, tokens.shape[-1]):
+        idle = ~jnp.any(candidates[:, j] & ~carry[-2])
+        carry = jax.lax.cond(idle, lambda c: c, functools.partial(one, j), carry)
     return carry
 
 

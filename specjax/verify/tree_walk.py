@@ -9,6 +9,7 @@ stops there: a residual draw is the correction token and is never matched agains
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -109,13 +110,15 @@ def walk_rows(
     their ``draft_tokens [C, K, L]``, lengths ``n [C, K]``, uniforms ``u [C, L, K]`` for the
     node rules and ``u_y [C, 2]`` for the emitted token, and bad laws ``bad [C, K, L]``.
 
-    The L depths are unrolled: a loop inside a decode step splits its GPU graph, and a
-    data-dependent one (stopping once every walk has stopped) syncs with the host at each
-    depth. A stopped walk's state is frozen (every update is masked by ``done``), so the depths
-    past it change nothing: the result is the early-stopping loop's. Each depth's carry passes
-    an ``optimization_barrier``, which materialises the per-row state as a loop's carry does:
-    without one XLA:CPU fused the whole history of accept decisions into every ``[B, V]`` loop
-    and recomputed it for each vocabulary entry (40x the read-once time at B = 1, L = 8).
+    The L depths are unrolled, each after the first under a ``lax.cond`` that skips it once
+    every walk has stopped: a loop inside a decode step splits its GPU graph (and this one,
+    data-dependent, synced with the host at each depth), while a conditional is recorded into
+    the graph. A stopped walk's state is frozen (every update is masked by ``done``), so the
+    result is the early-stopping loop's. The conditional also materialises each depth's
+    per-row state, as the loop's carry did: unrolled without one, XLA fused the whole history
+    of accept decisions into every ``[B, V]`` loop and recomputed it there (XLA:CPU: 40x the
+    read-once time at B = 1, L = 8, and ~15x the loop's compile time at K = 4, L = 8; an
+    ``optimization_barrier`` is gone before fusion).
     """
     b, k, l = draft_tokens.shape
 
@@ -148,9 +151,9 @@ def walk_rows(
     state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     ints = jnp.zeros((b,), jnp.int32)
     flags = (jnp.ones((b, k), bool), jnp.zeros((b,), bool), ints, ints, ints)
-    carry = (*flags, state)
-    for d in range(l):
-        carry = jax.lax.optimization_barrier(depth(d, carry))
+    carry = depth(0, (*flags, state))
+    for d in range(1, l):
+        carry = jax.lax.cond(jnp.all(carry[1]), lambda c: c, functools.partial(depth, d), carry)
     alive, done, tau, stop_path, stop_depth, state = carry
     path = first_true(alive)
     # The node the walk stopped at, or the bonus row after the accepted path.

@@ -203,6 +203,8 @@ class ModelDrafter(DrafterBase):
         small, big = self.draft_len + 1, min(CATCH_UP, cache.capacity)
         if not self.far_behind:
             return jax.lax.cond(behind(0)(cache), feed(small), lambda c: c, cache)
+        # TODO(loops): catch up where a run of width-0 steps ends (decode_program's idle runs)
+        # instead, so that the drafting widths' steps have no loop either.
         if cache.capacity > CATCH_UP_LONG + 2:  # (else no row can miss that many)
             cache = jax.lax.while_loop(behind(CATCH_UP_LONG), feed(CATCH_UP_LONG), cache)
         if big > small:  # big chunks (clipped to what is missing) until one small one is left

@@ -163,9 +163,12 @@ class ModelDrafter(DrafterBase):
             x = sampling.draw(keys_d, q, lengths + depth, self.coupled)  # [B, K]
             return cache, draft.at[:, :, depth].set(x), probs.at[:, :, depth].set(q)
 
-        # Unrolled over the static depths: a loop in the step splits its GPU graph.
+        # A chain is unrolled over its static depths (a loop in the step splits its GPU graph).
+        # TODO(loops): a tree (K > 1) keeps its loop: unrolled, XLA copied the whole draft KV
+        # cache 4 times per step (tests/test_cache_slots.py saw the bytes grow with capacity).
         carry = (cache, draft, probs)
-        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, carry, unroll=True)
+        unroll = k_paths == 1
+        cache, draft, probs = jax.lax.fori_loop(1, l_len, grow, carry, unroll=unroll)
         num_draft = jnp.where(valid, l_len, 0).astype(jnp.int32)
         return Draft(draft, probs, num_draft), cache
 

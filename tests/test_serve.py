@@ -257,6 +257,7 @@ def test_a_seeded_request_equals_offline_generate_with_its_values(sampled):
     assert answer.usage.completion_tokens == len(ids)
 
 
+@pytest.mark.slow  # (the loop's drafter invariance: tests/test_drafter_invariance.py)
 def test_a_gumbel_server_with_adaptive_widths_gives_each_seed_its_autoregressive_sample(greedy):
     """Verifier ``gumbel`` keeps adaptive widths in a per-row server: a seeded sampled request's
     text is the same with speculation on and off (drafter-invariant), concurrently too, and a

@@ -51,7 +51,7 @@ COMMAND_BUFFER_DEFAULT = (
     "DYNAMIC_SLICE_FUSION",
 )
 """XLA:GPU's default command-buffer (CUDA graph) types in jaxlib 0.10.2 and 0.11.2, read
-from the wheels (/work/shared/ACCELERATOR.md §1.3): WHILE is not among them. Per-compile
+from the jaxlib wheels: WHILE is not among them. Per-compile
 options take only an explicit list: the flag's ``+WHILE`` form is refused there ("not a
 valid enum value"), so "+ WHILE" is this list with WHILE added."""
 

@@ -128,6 +128,7 @@ def test_rows_moved_to_fewer_or_more_slots_decode_on_unchanged(job):
     assert 8 in sizes
 
 
+@pytest.mark.slow  # (default tier: test_serve's 16 concurrent greedy requests == alone)
 def test_greedy_batch_equals_the_prompts_decoded_as_one_batch(job):
     """Rows finish at different steps (stop tokens, lengths) and are refilled mid-run; the
     width controller is on (widths (0, L) at T = 0); a 100-token prompt makes the slots grow

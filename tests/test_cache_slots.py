@@ -75,7 +75,7 @@ def decode_bytes(target, drafter, config, prompts) -> float:
     return decode.cost_analysis()["bytes accessed"]
 
 
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_a_tree_steps_bytes_do_not_grow_with_the_capacity(monkeypatch, k):
     """A K-path, L = 3 decode program of a model drafter, written row by row under the chunked
     attention (the windows' switch is priced with every window), compiled for about 4x the

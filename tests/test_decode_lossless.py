@@ -164,6 +164,7 @@ def test_a_drafter_with_nan_weights_keeps_the_target_law(pair):
         assert chi_square_pvalue(out.tokens, joint) > 1e-3, verifier
 
 
+@pytest.mark.slow  # Monte-Carlo (default tier: test_row_sampling's chi-square of a batch's rows)
 def test_continuous_batching_keeps_the_target_law(pair):
     """A batch job draws each request from keys of its own id and refills finished rows between
     decode chunks (new prompts written over old caches, widths fixed at T > 0): its sequences

@@ -95,6 +95,7 @@ def test_a_tree_steps_bytes_do_not_grow_with_the_capacity(monkeypatch, k):
     assert abs(big / small - 1) < 0.01, (small, big)
 
 
+@pytest.mark.slow  # (default tier: the write and read tests above, row by row == one scatter)
 def test_decoding_row_by_row_samples_the_same_tokens(monkeypatch):
     """At temperature 1, three rows of different lengths, a K = 3 tree of a model drafter and a
     chain of a feature drafter: row-by-row writes and reads give the tokens of scatters and

@@ -3,7 +3,9 @@ r"""Serving under load: ``python -m specjax.serve`` with speculation on and off 
 
 Held-out chat prompts (MT-bench first turns, never used in training, and bench_peers' three),
 sent streamed, greedy, at most ``--max_tokens`` new tokens, ``--requests`` of them (the prompts
-in turn) at each concurrency, after one untimed pass at the largest (it compiles). Per system and
+in turn) at each concurrency, each timed pass after an untimed one at the same concurrency (its
+shapes compiled: steady-state serving; the persistent compilation cache keeps them for the next
+start, a cold server compiles each new shape once). Per system and
 concurrency: generated tokens per second (all completion tokens / the wall time of all
 requests), time to first token and inter-token latency (per request: the time from its first text
 to its last over its tokens after the first), p50 and p99 over the requests. SmolLM2 for
@@ -137,7 +139,8 @@ def transformers_server(port: int, directory: pathlib.Path):
 
 
 def measure(system: str, port: int, model: str, texts: list[str]) -> list[serve_load.Load]:
-    """Every concurrency's load on one running server (after an untimed pass that compiles)."""
+    """Every concurrency's load on one running server, each after an untimed pass at that
+    concurrency (which compiles what its arrivals need)."""
     extra = {"speculative": False} if system == "specjax_ar" else {}
     base = f"http://127.0.0.1:{port}/v1"
 
@@ -149,9 +152,9 @@ def measure(system: str, port: int, model: str, texts: list[str]) -> list[serve_
     levels = [int(c) for c in value("concurrency")]
     count = value("requests")
     items = list(itertools.islice(itertools.cycle(texts), count))
-    serve_load.load(send, items, max(levels))  # warm-up: compiles every shape
     out = []
     for c in levels:
+        serve_load.load(send, items, c)  # untimed: compiles this concurrency's shapes
         out.append(serve_load.load(send, items, c))
         benchlib.log(f"{system} c={c}: {out[-1].tokens_per_s:.1f} tok/s")
     return out

@@ -128,6 +128,38 @@ def test_rows_moved_to_fewer_or_more_slots_decode_on_unchanged(job):
     assert 8 in sizes
 
 
+def test_one_admission_prefills_each_prompt_bucket_apart_in_batch_bucket_calls(job, monkeypatch):
+    """Prompts of mixed lengths admitted at once are prefilled by prompt bucket, shortest first,
+    in batch-bucket sized calls (a short prompt is not padded to a long one's width), and each
+    request's tokens at temperature 1 are those it gets alone."""
+    import collections
+
+    from specjax.decode.batching import Slots
+    from specjax.decode.buckets import ShapeBuckets
+
+    target, drafter, config, _ = job[1.0]
+    buckets = ShapeBuckets(prompt=(8, 64), batch=(1, 2, 4))
+    reqs = [Request(f"q{i}", list(range(1, n + 1))) for i, n in enumerate([30, 3, 5, 40, 6])]
+    engine = ContinuousBatch(target, drafter, config, slots=5, seed=3, buckets=buckets)
+    want = {r.id: by_id(engine, [r])[r.id].token_ids for r in reqs}
+    calls, insert = [], ContinuousBatch._insert
+
+    def spy(self, run, state, taken, slots):
+        longest = max(len(r.prompt) for _, r in taken)
+        calls.append((self.buckets.prompt_length(longest, run.width), len(taken)))
+        return insert(self, run, state, taken, slots)
+
+    monkeypatch.setattr(ContinuousBatch, "_insert", spy)
+    slots = Slots(engine, 64, 5)
+    slots.admit(collections.deque([(None, r) for r in reqs]))
+    assert calls == [(8, 2), (8, 1), (64, 2)]
+    got = {}
+    while slots.busy:
+        slots.step(False)
+        got |= {req.id: done.token_ids for (_, req), done, _, _ in slots.harvest()}
+    assert got == want
+
+
 @pytest.mark.slow  # (default tier: test_serve's 16 concurrent greedy requests == alone)
 def test_greedy_batch_equals_the_prompts_decoded_as_one_batch(job):
     """Rows finish at different steps (stop tokens, lengths) and are refilled mid-run; the

@@ -378,11 +378,23 @@ class ContinuousBatch:
         program = PROGRAMS.grow(args, self.mesh)
         return bigger, program(*args), bigger.compile_seconds + time.perf_counter() - start
 
-    def _group(self, n: int) -> int:
-        """How many of ``n`` requests to insert in one call: the largest batch bucket <= n (one
-        insert program per bucket, none prefilling padding rows)."""
-        fitting = [b for b in self.buckets.batch if b <= n]
-        return max(fitting) if fitting else 1
+    def _groups(self, taken: list, width: int) -> list[list]:
+        """``taken`` requests (all fitting prompts of ``width`` tokens) split into insert calls:
+        by prompt bucket, shortest first, each bucket into batch-bucket sizes (largest first).
+        A call pads its prompts to its longest: one bucket per call keeps a short prompt from
+        being prefilled at a long one's width, and bucket sizes keep the programs few and free
+        of padding rows."""
+        by_width: dict[int, list] = {}
+        for entry in sorted(taken, key=lambda e: len(e[1].prompt)):
+            bucket = self.buckets.prompt_length(len(entry[1].prompt), width)
+            by_width.setdefault(bucket, []).append(entry)
+        groups = []
+        for entries in by_width.values():
+            while entries:
+                size = max([b for b in self.buckets.batch if b <= len(entries)], default=1)
+                groups.append(entries[:size])
+                entries = entries[size:]
+        return groups
 
     def _insert(self, run: Run, state: DecodeState, taken, slots) -> tuple[DecodeState, float]:
         """Prefills ``taken`` requests into ``slots``; returns the state and the seconds spent
@@ -471,7 +483,7 @@ class Slots:
         batch, b = self.batch, self.rows
         free = [i for i in range(b) if self.holder[i] is None]
         filled = []
-        while waiting and free:  # in bucket-sized groups: no prefill of padding rows
+        while waiting and free:
             need = batch._width(waiting[0][1])
             if need > self.run.width:
                 self.slot_steps += self.run.take_steps() * b
@@ -482,15 +494,15 @@ class Slots:
                 if batch._width(request) > self.run.width:
                     break
                 fits += 1
-            group = batch._group(fits)
-            taken = [waiting.popleft() for _ in range(group)]
-            self.state, seconds = batch._insert(self.run, self.state, taken, free[:group])
-            self.compile_seconds += seconds
-            for entry, slot in zip(taken, free, strict=False):
-                self.holder[slot] = entry
-                self.seen[slot] = len(entry[1].prompt)
-            filled += free[:group]
-            free = free[group:]
+            taken = [waiting.popleft() for _ in range(fits)]
+            for group in batch._groups(taken, self.run.width):
+                here, free = free[: len(group)], free[len(group) :]
+                self.state, seconds = batch._insert(self.run, self.state, group, here)
+                self.compile_seconds += seconds
+                for entry, slot in zip(group, here, strict=True):
+                    self.holder[slot] = entry
+                    self.seen[slot] = len(entry[1].prompt)
+                filled += here
         return filled
 
     def resize(self, rows: int) -> dict[int, int]:

@@ -50,7 +50,7 @@ class Drafter(Protocol):
     max_seq_len: int | None  # the longest sequence the drafter can hold (None: no limit)
     greedy_only: bool  # paths are fixed proposals: exact at temperature 0 only (specinfer)
     tensor_parallel: bool  # weights split over a mesh's ``model`` axis (False: replicated/none)
-    sampled: bool  # it draws its tokens from a law (False: fixed proposals, e.g. n-gram)
+    sampled: bool  # it draws from the law of its ``sampling`` field (False: fixed proposals)
     coupleable: bool  # it can draw with the target's Gumbel noise (a ``coupled`` field)
     free_look: bool  # :meth:`hint` knows the first proposed token before drafting
     # After width-0 steps its next draft feeds the tokens it missed; such a drafter has a
@@ -144,12 +144,11 @@ def feature_layers(drafter) -> tuple[int, ...]:
 
 
 def with_sampling(drafter, params: SamplingParams | RowSampling):
-    """``drafter`` drawing with ``params`` where they are per row (a sampled drafter's
-    ``sampling`` replaced inside the step: the rows' values are traced); else unchanged (static
-    params: the drafter keeps its own; drafters without ``sampling`` propose fixed tokens)."""
-    if not isinstance(params, RowSampling):
-        return drafter
-    if not isinstance(getattr(drafter, "sampling", None), SamplingParams | RowSampling):
+    """``drafter`` drawing with ``params`` where they are per row (a :attr:`Drafter.sampled`
+    drafter's ``sampling`` replaced inside the step: the rows' values are traced); else
+    unchanged (static params: the drafter keeps its own; unsampled drafters propose fixed
+    tokens)."""
+    if not isinstance(params, RowSampling) or not drafter.sampled:
         return drafter
     return dataclasses.replace(drafter, sampling=params)
 

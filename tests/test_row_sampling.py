@@ -290,6 +290,9 @@ def test_bad_per_request_values_become_error_completions(models):
     got = run(engine, requests)
     for i, (*_, message) in bad.items():
         assert got[i].finish_reason == "error" and message in got[i].error, (i, got[i].error)
+    fields = [engine.value_problem(r)[0] for r in requests]  # (a server's error names it)
+    named = ["temperature", "top_p", "top_p", "top_k", "temp", "max_new_tokens"]
+    assert fields == [*named, "max_new_tokens", "seed"]
 
 
 def test_sampled_requests_are_refused_where_only_temperature_0_is_exact(models):

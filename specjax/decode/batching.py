@@ -201,7 +201,7 @@ class ContinuousBatch:
     def problem(self, request: Request | Sequence[int]) -> str:
         """Why a :class:`Request` (or a prompt) cannot run (``""`` if it can)."""
         if isinstance(request, Request):
-            return request.error or self.problem(request.prompt) or self._values_problem(request)
+            return request.error or self.problem(request.prompt) or self.value_problem(request)[1]
         prompt = request
         try:
             check_prompt(prompt, self.target.config.vocab_size)
@@ -232,15 +232,17 @@ class ContinuousBatch:
             raise ValueError(f"unknown sampling keys {unknown}; use temperature, top_k and top_p")
         return dataclasses.replace(self.config.sampling, **own)
 
-    def _values_problem(self, request: Request) -> str:
-        """Why ``request``'s own sampling, ``max_new_tokens`` or seed cannot run (``""``)."""
+    def value_problem(self, request: Request) -> tuple[str, str]:
+        """``(field, why)``: why ``request``'s own values cannot run and the field at fault
+        (``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``seed`` or an unknown
+        sampling key), or ``("", "")`` when they can."""
         try:
             params = self.sampling_of(request)
         except (TypeError, ValueError) as err:
-            return f"sampling: {err}"
+            return self._bad_sampling_key(request.sampling), f"sampling: {err}"
         limit, own = self.config.max_new_tokens, request.max_new_tokens
         if own is not None and not (is_int(own) and 1 <= own <= limit):
-            return (
+            return "max_new_tokens", (
                 f"max_new_tokens must be an int in 1 .. {limit} (the run's max_new_tokens, "
                 f"which sizes the caches), got {own!r}; lower it or raise the run's"
             )
@@ -248,26 +250,38 @@ class ContinuousBatch:
             try:
                 check_seed(request.seed)
             except (TypeError, ValueError) as err:
-                return str(err)
+                return "seed", str(err)
         if params.greedy:
-            return ""
+            return "", ""
+        why = ""
         if self.config.verifier == "greedy":
-            return (
+            why = (
                 f"temperature {params.temperature}: verifier 'greedy' decodes at temperature 0 "
                 "only; send temperature 0 or run a token or block verifier"
             )
-        if self.config.widths and self.config.verifier != "gumbel":
-            return (
+        elif self.config.widths and self.config.verifier != "gumbel":
+            why = (
                 f"temperature {params.temperature}: adaptive widths choose one draft width for "
                 "all rows, so a sampled request would depend on its neighbours; send temperature "
                 "0 or run fixed widths or verifier 'gumbel'"
             )
-        if self.drafter is not None and self.drafter.greedy_only:
-            return (
+        elif self.drafter is not None and self.drafter.greedy_only:
+            why = (
                 f"temperature {params.temperature}: this drafter's fixed paths are exact at "
                 "temperature 0 only; send temperature 0 or run num_paths=1"
             )
-        return ""
+        return ("temperature", why) if why else ("", "")
+
+    def _bad_sampling_key(self, own) -> str:
+        """The first key of a request's sampling mapping that the config's sampling refuses
+        (``"sampling"`` where none alone does)."""
+        if isinstance(own, Mapping):
+            for key, value in own.items():
+                try:
+                    dataclasses.replace(self.config.sampling, **{str(key): value})
+                except (TypeError, ValueError):
+                    return str(key)
+        return "sampling"
 
     def _own_values(self, request: Request) -> bool:
         """Whether ``request`` decodes with values other than the config's (a per-row run)."""

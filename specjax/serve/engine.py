@@ -174,6 +174,11 @@ class Engine:
             return self._batches[self._lane(request)].problem(request.batch_request())
         return self._batches[True].problem(request)
 
+    def value_problem(self, request: EngineRequest) -> tuple[str, str]:
+        """``(field, why)`` for ``request``'s own values in the slots it would run in
+        (:meth:`~specjax.decode.batching.ContinuousBatch.value_problem`)."""
+        return self._batches[self._lane(request)].value_problem(request.batch_request())
+
     def _lane(self, request: EngineRequest) -> bool:
         """The slots ``request`` runs in: True speculative (or all, without a draft)."""
         return request.speculative or not self.config.speculative

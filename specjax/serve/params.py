@@ -8,9 +8,7 @@ import uuid
 from specjax.serve.engine import Engine, EngineRequest
 from specjax.serve.protocol import ApiError, ChatRequest
 
-# The parameter a problem of a request's own values names, by the word it starts with
-# (ContinuousBatch.problem's messages, "sampling: " dropped).
-# TODO(serve-errors): have ContinuousBatch.problem name the field instead of its first word.
+# The API parameter of a field of the engine's requests (ContinuousBatch.value_problem).
 _PARAMS = dict(temperature="temperature", top_p="top_p", top_k="top_k", seed="seed")
 _PARAMS["max_new_tokens"] = "max_tokens"
 
@@ -52,10 +50,9 @@ def engine_request(body, prompt: list[int], engine: Engine) -> EngineRequest:
         sampling=own or None,  # (the server's values where omitted)
         seed=body.seed,
     )
-    why = engine.problem(job)
+    field, why = engine.value_problem(job)
     if why:
-        param = _PARAMS.get(why.removeprefix("sampling: ").split()[0].rstrip(":"))
-        raise ApiError(400, why, param=param, code="unsupported_parameter")
+        raise ApiError(400, why, param=_PARAMS.get(field), code="unsupported_parameter")
     return job
 
 

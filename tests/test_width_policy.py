@@ -223,6 +223,22 @@ def test_a_free_look_probes_only_a_proposal_whose_first_token_holds():
     assert int(policy.choose(control, costs, jnp.full((2,), 4, jnp.int32), active, True)[0]) == 1
 
 
+def test_a_probe_is_made_only_where_the_rows_it_could_teach_could_pay_for_the_batch():
+    """One hopeful row (a free look whose first token holds) probes alone; among 16 rows whose
+    estimates keep them from drafting it does not, where a step at width 4 costs 3 one-token
+    steps (one row's gain, at most 4 tokens, cannot pay the other rows' cost)."""
+    widths, policy, costs = (0, 4), W.Goodput(), inputs([1.0, 3.0])
+
+    def probes(batch: int) -> bool:
+        accept = jnp.full((batch, 4), 0.05).at[0, 0].set(0.95)  # later positions: 0.05
+        control = control_with(batch, 4, widths, accept, idle=jnp.int32(1000))
+        hint = jnp.full((batch,), 4, jnp.int32)
+        return int(policy.choose(control, costs, hint, rows(batch), True)[0]) == 1
+
+    assert probes(1)
+    assert not probes(16)
+
+
 def test_observe_moves_each_seen_position_towards_its_verdict():
     """Positions up to the first rejection and proposed are seen; a first verdict replaces the
     prior (``prior_weight`` 0), later ones weigh ``1 / (seen + 1)`` until that falls below

@@ -25,7 +25,8 @@ The policies:
   ``widths[1]`` once, and the wait doubles after each probe that does not restart drafting (to
   :attr:`Goodput.probe_max`). A drafter with a free look at its first token (n-gram lookup)
   learns that token's verdict at width 0 and probes only while it is likely
-  (:attr:`Goodput.reveal`).
+  (:attr:`Goodput.reveal`). A probe is made only where it could pay: drafting must beat width 0
+  for the batch with the rows it could teach accepting their whole proposals.
 * :class:`RandomWidths` (``"random"``): a width drawn uniformly each step (exactness tests).
 * :class:`Fixed` (``"fixed"``): one width every step (``widths=()``: L, with no controller).
 
@@ -221,11 +222,16 @@ class Goodput:
     def choose(self, control, inputs, hint, active, look):
         widths = control.widths
         best = best_width(control.accept, inputs.costs, hint, active, widths, self.margin)
-        can_draft = jnp.any(active & (hint > 0)) & could_pay(inputs.costs, widths, self.margin)
-        wait = self._wait(control)
-        probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_draft
+        hopeful = active & (hint > 0)  # rows a probe could teach
         if look:  # the first token's verdict is known: probe for the later ones
-            probing &= jnp.any(active & (hint >= 2) & (control.accept[:, 0] >= self.reveal))
+            hopeful &= (hint >= 2) & (control.accept[:, 0] >= self.reveal)
+        # A probe is made only where drafting would pay with the hopeful rows' proposals
+        # accepted whole (the others at their estimates): in a batch, one hopeful row of 16
+        # cannot pay for a step 16 rows wide.
+        best_case = jnp.where(hopeful[:, None], 1.0, control.accept)
+        can_pay = best_width(best_case, inputs.costs, hint, active, widths, self.margin) > 0
+        wait = self._wait(control)
+        probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_pay
         index = _forced(jnp.where(probing, 1, best), inputs, len(widths))
         wait = jnp.where(probing, jnp.clip(2 * wait, self.probe, self.probe_max), wait)
         wait = jnp.where(best > 0, self.probe, wait)  # drafting pays: probe again soon once not

@@ -492,31 +492,28 @@ class Slots:
 
     def admit(self, waiting: collections.deque) -> list[int]:
         """Inserts requests from the front of ``waiting`` (``(entry, Request)`` pairs, popped)
-        into the free slots, growing the slots first when the next prompt needs a larger
-        bucket; returns the slots filled."""
+        into the free slots, growing the slots first when one of them needs a larger bucket;
+        returns the slots filled."""
         batch, b = self.batch, self.rows
         free = [i for i in range(b) if self.holder[i] is None]
-        filled = []
-        while waiting and free:
-            need = batch._width(waiting[0][1])
-            if need > self.run.width:
-                self.slot_steps += self.run.take_steps() * b
-                self.run, self.state, seconds = batch._grow(self.run, self.state, need)
-                self.compile_seconds, self._calibrated = self.compile_seconds + seconds, False
-            fits = 0  # the waiting prompts these slots hold (a prefix: the queue keeps order)
-            for _, request in itertools.islice(waiting, len(free)):
-                if batch._width(request) > self.run.width:
-                    break
-                fits += 1
-            taken = [waiting.popleft() for _ in range(fits)]
-            for group in batch._groups(taken, self.run.width):
-                here, free = free[: len(group)], free[len(group) :]
-                self.state, seconds = batch._insert(self.run, self.state, group, here)
-                self.compile_seconds += seconds
-                for entry, slot in zip(group, here, strict=True):
-                    self.holder[slot] = entry
-                    self.seen[slot] = len(entry[1].prompt)
-                filled += here
+        if not (waiting and free):
+            return []
+        # grown once to the widest of the prompts the free slots take: each width S takes
+        # its own programs, so an admission does not pass through narrower ones
+        need = max(batch._width(r) for _, r in itertools.islice(waiting, len(free)))
+        if need > self.run.width:
+            self.slot_steps += self.run.take_steps() * b
+            self.run, self.state, seconds = batch._grow(self.run, self.state, need)
+            self.compile_seconds, self._calibrated = self.compile_seconds + seconds, False
+        filled, taken = [], [waiting.popleft() for _ in range(min(len(waiting), len(free)))]
+        for group in batch._groups(taken, self.run.width):
+            here, free = free[: len(group)], free[len(group) :]
+            self.state, seconds = batch._insert(self.run, self.state, group, here)
+            self.compile_seconds += seconds
+            for entry, slot in zip(group, here, strict=True):
+                self.holder[slot] = entry
+                self.seen[slot] = len(entry[1].prompt)
+            filled += here
         return filled
 
     def resize(self, rows: int) -> dict[int, int]:

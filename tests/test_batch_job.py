@@ -136,20 +136,20 @@ def test_one_admission_prefills_each_prompt_bucket_apart_in_batch_bucket_calls(j
 
     from specjax.decode.batching import Slots
     from specjax.decode.buckets import ShapeBuckets
+    from specjax.decode.seams import PROGRAMS
 
     target, drafter, config, _ = job[1.0]
     buckets = ShapeBuckets(prompt=(8, 64), batch=(1, 2, 4))
     reqs = [Request(f"q{i}", list(range(1, n + 1))) for i, n in enumerate([30, 3, 5, 40, 6])]
     engine = ContinuousBatch(target, drafter, config, slots=5, seed=3, buckets=buckets)
     want = {r.id: by_id(engine, [r])[r.id].token_ids for r in reqs}
-    calls, insert = [], ContinuousBatch._insert
+    calls, insert = [], PROGRAMS.insert
 
-    def spy(self, run, state, taken, slots):
-        longest = max(len(r.prompt) for _, r in taken)
-        calls.append((self.buckets.prompt_length(longest, run.width), len(taken)))
-        return insert(self, run, state, taken, slots)
+    def spy(args, *rest, **kw):
+        calls.append(args[3].shape[::-1])  # the prompts [n, width]: (width, n)
+        return insert(args, *rest, **kw)
 
-    monkeypatch.setattr(ContinuousBatch, "_insert", spy)
+    monkeypatch.setattr(PROGRAMS, "insert", spy)
     slots = Slots(engine, 64, 5)
     slots.admit(collections.deque([(None, r) for r in reqs]))
     assert calls == [(8, 2), (8, 1), (64, 2)]

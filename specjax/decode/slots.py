@@ -75,14 +75,16 @@ def row_axes(make_state) -> Any:
       A pytree like the state with an int or None per leaf.
     """
     one, two = (jax.eval_shape(lambda b=b: make_state(b)) for b in (2, 3))
+    return jax.tree.map(lambda a, b: changed_axis(a.shape, b.shape), one, two)
 
-    def axis(a, b):
-        changed = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)) if x != y]
-        if len(changed) > 1:
-            raise ValueError(f"a state leaf {a.shape} has more than one batch axis")
-        return changed[0] if changed else None
 
-    return jax.tree.map(axis, one, two)
+def changed_axis(one: tuple[int, ...], two: tuple[int, ...]) -> int | None:
+    """The row axis of a state leaf, from its shapes at two batch sizes: the one axis whose
+    size differs (None: a batch-level leaf)."""
+    changed = [i for i, (x, y) in enumerate(zip(one, two, strict=True)) if x != y]
+    if len(changed) > 1:
+        raise ValueError(f"a state leaf {one} has more than one batch axis")
+    return changed[0] if changed else None
 
 
 def scatter_rows(big: Any, small: Any, slots: Array, axes: Any) -> Any:
@@ -182,12 +184,12 @@ def move_rows(state: DecodeState, empty: DecodeState, take: Array) -> DecodeStat
     """Rows ``take [n]`` of ``state`` (B rows) as the first n rows of ``empty`` (donated; a
     state of B' != B rows and the same capacity, n = min(B, B')); the other rows stay
     ``empty``'s (done), batch-level leaves are ``state``'s. A leaf's row axis is the one whose
-    size differs between the two states."""
+    size differs between the two states (:func:`changed_axis`, as :func:`row_axes` reads it)."""
 
     def move(x, y):
-        if x.shape == y.shape:  # a batch-level leaf
+        axis = changed_axis(x.shape, y.shape)
+        if axis is None:  # a batch-level leaf
             return x
-        axis = next(i for i, (a, b) in enumerate(zip(x.shape, y.shape, strict=True)) if a != b)
         rows = jnp.take(x, take, axis=axis)
         index = (slice(None),) * axis + (slice(0, take.shape[0]),)
         return y.at[index].set(rows.astype(y.dtype))

@@ -129,8 +129,25 @@ def position_tokens(
     sample that depends on the row's key and the position alone (int32 ``[B]``)."""
     if params.greedy:
         return greedy_token(logits)
-    noise = gumbel_noise(noise_keys, positions[:, None], logits.shape[-1])[:, 0]  # [B, V]
-    return gumbel_max(probs_from_logits(logits, params), noise)
+    noise = race_weights(noise_keys, positions[:, None], logits.shape[-1], params)[:, 0]
+    return gumbel_max(probs_from_logits(logits, params), noise)  # noise [B, V]
+
+
+def race_weights(
+    noise_keys: PRNGKey, positions: Array, vocab: int, params: SamplingParams | RowSampling
+) -> Array:
+    """float32 ``[B, T, V]``: the race weights of rows at ``positions [B, T]``
+    (:func:`specjax.verify.gumbel_noise`) for laws processed with ``params``, or ones where every
+    row is greedy: a greedy row's law is one-hot, whose race any positive weights leave to the
+    same token, and V draws per position cost more than a small model's step on a CPU (per-row
+    values decide on device whether some row samples)."""
+    draw = lambda: gumbel_noise(noise_keys, positions, vocab)
+    ones = lambda: jnp.ones((*positions.shape, vocab), jnp.float32)
+    if params.greedy:
+        return ones()
+    if isinstance(params, RowSampling):
+        return jax.lax.cond(jnp.any(params.temperature > 0), draw, ones)
+    return draw()
 
 
 def draw(

@@ -143,13 +143,13 @@ def test_one_admission_prefills_each_prompt_bucket_apart_in_batch_bucket_calls(j
     reqs = [Request(f"q{i}", list(range(1, n + 1))) for i, n in enumerate([30, 3, 5, 40, 6])]
     engine = ContinuousBatch(target, drafter, config, slots=5, seed=3, buckets=buckets)
     want = {r.id: by_id(engine, [r])[r.id].token_ids for r in reqs}
-    calls, insert = [], PROGRAMS.insert
+    calls, prefill = [], PROGRAMS.prefill_rows
 
     def spy(args, *rest, **kw):
-        calls.append(args[3].shape[::-1])  # the prompts [n, width]: (width, n)
-        return insert(args, *rest, **kw)
+        calls.append(args[2].shape[::-1])  # the prompts [n, width]: (width, n)
+        return prefill(args, *rest, **kw)
 
-    monkeypatch.setattr(PROGRAMS, "insert", spy)
+    monkeypatch.setattr(PROGRAMS, "prefill_rows", spy)
     slots = Slots(engine, 64, 5)
     slots.admit(collections.deque([(None, r) for r in reqs]))
     assert calls == [(8, 2), (8, 1), (64, 2)]

@@ -10,6 +10,7 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 
 openai = pytest.importorskip("openai")
@@ -349,6 +350,51 @@ def test_a_greedy_verifier_refuses_sampled_requests(greedy):
     assert "verifier 'greedy'" in refused.value.message
     assert ask(temperature=0.0, max_tokens=4, seed=1).max_tokens == 4
     assert not ask(temperature=0.5, speculative=False).speculative
+
+
+def test_a_warmed_up_engine_admits_requests_without_compiling():
+    """``warm_up`` compiles every program the slots run for prompts up to its length: requests
+    arriving alone and together, short and long, speculative or not, then compile nothing."""
+    import jax
+
+    from specjax.cli import validate
+    from specjax.cli.decode import build
+    from specjax.serve import Engine, EngineRequest
+    from specjax.serve.engine import Finished
+
+    cfg = tiny_config(slots=4, prompt_buckets="16,32", max_new_tokens=8)
+    target, _, drafter, config = build(cfg)
+    buckets = validate.shape_buckets(cfg)
+    engine = Engine(target, drafter, config, slots=4, chunk=4, buckets=buckets)
+    engine.warm_up(32)
+    traced, on = [], [True]  # every program traced (compiled or read from the persistent cache)
+    listen = lambda event, seconds, **_: traced.append(event) if on[0] else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    engine.start()
+    rng = np.random.default_rng(0)
+
+    def wave(lengths, speculative=lambda i: True):
+        done, events = threading.Event(), []
+
+        def sink(event):
+            if isinstance(event, Finished):
+                events.append(event)
+                if len(events) == len(lengths):
+                    done.set()
+
+        for i, n in enumerate(lengths):
+            prompt = tuple(int(t) for t in rng.integers(1, 100, n))
+            engine.submit(EngineRequest(prompt, 8, ("w", len(events), i), speculative(i)), sink)
+        assert done.wait(120)
+
+    wave([5])
+    wave([30, 3, 17])
+    wave([12, 31, 2, 20], speculative=lambda i: i % 2 == 0)
+    wave([9, 25])
+    engine.stop()
+    assert engine.join(30)
+    on[0] = False
+    assert "/jax/core/compile/jaxpr_trace_duration" not in traced
 
 
 def test_adaptive_widths_become_fixed_unless_the_sample_cannot_depend_on_them(caplog):

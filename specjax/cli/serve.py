@@ -5,6 +5,7 @@ built. It lives with the applications: :mod:`specjax.serve` itself knows nothing
 from __future__ import annotations
 
 import logging
+import time
 
 from specjax.serve.config import serve_config, with_serve_keys
 from specjax.serve.engine import Engine
@@ -76,6 +77,15 @@ def build_server(cfg, tokenizer_hook=None):
         buckets=validate.shape_buckets(cfg),
         max_queue=serve.max_queue,
         metrics=metrics,
-    ).start()
+    )
+    if serve.warmup_tokens:
+        start = time.perf_counter()
+        engine.warm_up(serve.warmup_tokens)
+        log.info(
+            "compiled the programs of prompts up to %d tokens in %.1f s",
+            serve.warmup_tokens,
+            time.perf_counter() - start,
+        )
+    engine.start()
     app = create_app(engine, tokenizer, serve)
     return Server(app, engine, serve.host, serve.port, serve.grace_seconds), engine

@@ -33,7 +33,7 @@ from specjax.decode.adaptive import (
 )
 from specjax.decode.config import DecodeConfig
 from specjax.decode.memory import check_fits
-from specjax.decode.slots import grow_program, insert_program
+from specjax.decode.slots import grow_program, prefill_rows, scatter_program
 from specjax.decode.state import DecodeState
 from specjax.decode.step import autoregressive_step, init_state, speculative_step
 from specjax.models.cache import KVCache
@@ -261,7 +261,7 @@ class ProgramCache:
 class _Programs:
     """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
 
-    def __init__(self, capacity: int = 32):
+    def __init__(self, capacity: int = 48):
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
         self.costs: dict = {}  # per program key: the width costs measured on it once
@@ -322,12 +322,22 @@ class _Programs:
         self.compiled += built
         return program, built
 
-    def insert(self, args, sizes: dict, config, mesh, draft_tp: bool):
-        """The compiled :func:`~specjax.decode.slots.insert_program` for ``args = (target,
-        drafter, state, prompts, prompt_lengths, slots, words, seed, seeds, seeded[, rows,
-        limits])`` (the state donated), kept like the generation programs."""
-        key = ("insert", signature(args), tuple(sorted(sizes.items())), config.widths, mesh)
-        program, built = self.kept.get(key, lambda: _compile_insert(args, sizes, config, mesh))
+    def prefill_rows(self, args, sizes: dict, config, mesh):
+        """The compiled :func:`~specjax.decode.slots.prefill_rows` for ``args = (target,
+        drafter, prompts, prompt_lengths, words, seed, seeds, seeded[, rows, limits])``, kept
+        like the generation programs (one per prompt shape: the slots' row count is not in
+        it)."""
+        key = ("rows", signature(args), tuple(sorted(sizes.items())), config.widths, mesh)
+        build = lambda: _compile_rows(args, sizes, config)
+        program, built = self.kept.get(key, build)
+        self.compiled += built
+        return program
+
+    def scatter(self, args, axes: tuple, mesh):
+        """The compiled :func:`~specjax.decode.slots.scatter_program` for ``args = (state,
+        small, slots)`` (the state donated) and the leaves' row ``axes``."""
+        key = ("scatter", signature(args), axes, mesh)
+        program, built = self.kept.get(key, lambda: _compile_scatter(args, axes, mesh))
         self.compiled += built
         return program
 
@@ -364,16 +374,19 @@ def row_defaults(config: DecodeConfig):
     return (config.sampling, config.max_new_tokens) if config.rows else None
 
 
-def _compile_insert(args, sizes, config, mesh):
-    insert = functools.partial(insert_program, **sizes, widths=config.widths)
+def _compile_rows(args, sizes, config):
+    # (on a mesh the arguments' own layouts are the inputs'; the scatter lays the rows out)
+    rows = functools.partial(prefill_rows, **sizes, widths=config.widths)
+    return jax.jit(rows).lower(*args).compile()
+
+
+def _compile_scatter(args, axes, mesh):
+    scatter = functools.partial(scatter_program, axes=axes)
     if mesh is None:
-        return jax.jit(insert, donate_argnums=(2,)).lower(*args).compile()
+        return jax.jit(scatter, donate_argnums=(0,)).lower(*args).compile()
     shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
-    state = args[2]
-    out = shardings_of(state)  # the layout decode reads and writes
-    jitted = jax.jit(
-        insert, in_shardings=shardings_of(args), out_shardings=out, donate_argnums=(2,)
-    )
+    out = shardings_of(args[0])  # the layout decode reads and writes
+    jitted = jax.jit(scatter, in_shardings=shardings_of(args), out_shardings=out, donate_argnums=0)
     return jitted.lower(*args).compile()
 
 

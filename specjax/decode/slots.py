@@ -1,12 +1,13 @@
 """Continuous batching on the device: a decode state of B *slots* that new prompts are inserted
 into while the other rows keep decoding.
 
-* :func:`insert_program` prefills ``n`` new prompts into a small state of the same capacity and
-  scatters its rows into the chosen slots of the big one (donated: updated in place). Per-row
-  leaves (tokens, caches, draft state, keys, counters, the width controller's per-row estimates)
-  are replaced; batch-level leaves (the controller's scalars) are kept. Which axis of a leaf is
-  its row axis is read off the state's own shapes at two batch sizes (:func:`row_axes`), so every
-  drafter's state works without a rule per type.
+* :func:`prefill_rows` prefills ``n`` new prompts into a small state of the slots' capacity
+  (one program for every row count B of the slots) and :func:`scatter_program` writes its rows
+  into the chosen slots of the big one (donated: updated in place). Per-row leaves (tokens,
+  caches, draft state, keys, counters, the width controller's per-row estimates) are replaced;
+  batch-level leaves (the controller's scalars) are kept. Which axis of a leaf is its row axis
+  is read off two states' shapes at different row counts (:func:`leaf_axes`), so every drafter's
+  state works without a rule per type.
 * :func:`grow_program` moves a running state into one of a larger capacity, so that a job
   whose prompts are run shortest first pays for long prompts' cache slots only once they come;
   :func:`move_rows` into one of fewer or more rows, so that a server decodes only as many rows
@@ -16,7 +17,7 @@ into while the other rows keep decoding.
   of its own takes the key :func:`~specjax.decode.generate` gives one prompt with that seed
   (:func:`seeded_keys`), so it reproduces that generation.
 * Per-row values (``DecodeConfig.rows``: a request's sampling and ``max_new_tokens``) are traced
-  arrays scattered like every other row leaf: one insert program serves every value.
+  arrays scattered like every other row leaf: one prefill program serves every value.
 
 The host loop that decides what to insert and when is :mod:`specjax.decode.batching`.
 """
@@ -64,18 +65,11 @@ def seeded_keys(seeds: Array) -> PRNGKey:
     return jax.vmap(lambda s: row_keys(jax.random.key(s), 1)[0])(jnp.asarray(seeds, jnp.int32))
 
 
-def row_axes(make_state) -> Any:
-    """The row axis of every leaf of a state (None for batch-level leaves).
-
-    Args:
-      make_state: ``batch -> state``, traced abstractly (:func:`jax.eval_shape`) at two batch
-        sizes; the axis whose size changes with the batch is the row axis.
-
-    Returns:
-      A pytree like the state with an int or None per leaf.
-    """
-    one, two = (jax.eval_shape(lambda b=b: make_state(b)) for b in (2, 3))
-    return jax.tree.map(lambda a, b: changed_axis(a.shape, b.shape), one, two)
+def leaf_axes(one: DecodeState, two: DecodeState) -> tuple[int | None, ...]:
+    """The row axis of every leaf (in flattening order; None for batch-level leaves) of a
+    state, read off two states of the same structure and different row counts."""
+    pairs = zip(jax.tree.leaves(one), jax.tree.leaves(two), strict=True)
+    return tuple(changed_axis(a.shape, b.shape) for a, b in pairs)
 
 
 def changed_axis(one: tuple[int, ...], two: tuple[int, ...]) -> int | None:
@@ -87,26 +81,11 @@ def changed_axis(one: tuple[int, ...], two: tuple[int, ...]) -> int | None:
     return changed[0] if changed else None
 
 
-def scatter_rows(big: Any, small: Any, slots: Array, axes: Any) -> Any:
-    """``big`` with ``small``'s rows written at ``slots [n]`` (an index >= B is dropped: padding
-    entries); batch-level leaves (axis None) keep ``big``'s values."""
-
-    def put(x, y, axis):
-        if axis is None:
-            return x
-        index = (slice(None),) * axis + (slots,)
-        return x.at[index].set(y if y.dtype == x.dtype else y.astype(x.dtype), mode="drop")
-
-    return jax.tree.map(put, big, small, axes, is_leaf=lambda x: x is None)
-
-
-def insert_program(
+def prefill_rows(
     target,
     drafter,
-    state: DecodeState,
     prompts: Array,
     prompt_lengths: Array,
-    slots: Array,
     words: Array,
     seed: Array,
     seeds: Array,
@@ -118,13 +97,13 @@ def insert_program(
     buffer: int,
     widths: tuple[int, ...] = (),
 ) -> DecodeState:
-    """Prefills ``prompts`` and puts them in ``slots`` of ``state`` (donate it).
+    """The fresh decode state ``[n, ...]`` of ``n`` new prompts, to be put into the slots by
+    :func:`scatter_program`. It does not depend on the slots' row count B, so one program
+    serves every B.
 
     Args:
       target, drafter: the models (as for :func:`~specjax.decode.step.init_state`).
-      state: the slots' decode state ``[B, ...]``.
       prompts: int ``[n, T]`` right-padded new prompts; prompt_lengths: int ``[n]`` (>= 1).
-      slots: int ``[n]`` where each goes (``B`` for padding entries, which are dropped).
       words: uint32 ``[n, 2]`` the requests' id hashes (:func:`id_words`).
       seed: the run's seed.
       seeds: int32 ``[n]`` the requests' own seeds, read where ``seeded [n]`` (bool)
@@ -132,37 +111,42 @@ def insert_program(
       rows: the requests' :class:`~specjax.row_sampling.RowSampling` ``[n]`` and ``limits``
         their int32 ``[n]`` ``max_new_tokens``, where the state carries them
         (``DecodeConfig.rows``); else None.
-      capacity, buffer, widths: the sizes the state was built with.
-
-    Returns:
-      The state with those rows freshly prefilled (not done, counters at zero).
+      capacity, buffer, widths: the sizes of the slots' state.
     """
-
-    def fresh(p, n, keys, rows, limits):
-        return init_state(
-            target,
-            drafter,
-            p,
-            n,
-            jax.random.key(seed),
-            capacity=capacity,
-            buffer=buffer,
-            widths=widths,
-            row_keys=keys,
-            lazy_draft=False,  # a new row's catch-up would run the draft on every row
-            rows=rows,
-            max_new_tokens=limits,
-        )
-
-    def shaped(b):
-        p = jnp.zeros((b, prompts.shape[1]), jnp.int32)
-        per_row = jax.tree.map(lambda x: jnp.zeros((b,), x.dtype), (rows, limits))
-        return fresh(p, jnp.ones((b,), jnp.int32), seeded_keys(jnp.zeros((b,))), *per_row)
-
-    axes = row_axes(shaped)
     keys = jnp.where(seeded, seeded_keys(seeds), request_keys(seed, words))
-    small = fresh(prompts, prompt_lengths, keys, rows, limits)
-    return scatter_rows(state, small, slots, axes)
+    return init_state(
+        target,
+        drafter,
+        prompts,
+        prompt_lengths,
+        jax.random.key(seed),
+        capacity=capacity,
+        buffer=buffer,
+        widths=widths,
+        row_keys=keys,
+        lazy_draft=False,  # a new row's catch-up would run the draft on every row
+        rows=rows,
+        max_new_tokens=limits,
+    )
+
+
+def scatter_program(
+    state: DecodeState, small: DecodeState, slots: Array, *, axes: tuple[int | None, ...]
+) -> DecodeState:
+    """``state`` ``[B, ...]`` (donate it) with ``small``'s rows (:func:`prefill_rows`, ``[n,
+    ...]``) written at ``slots [n]`` (an index >= B is dropped: padding entries). ``axes``: each
+    leaf's row axis (:func:`leaf_axes`); batch-level leaves (None: the width controller's
+    scalars) keep ``state``'s values."""
+
+    def put(x, y, axis):
+        if axis is None:
+            return x
+        index = (slice(None),) * axis + (slots,)
+        return x.at[index].set(y if y.dtype == x.dtype else y.astype(x.dtype), mode="drop")
+
+    leaves, treedef = jax.tree.flatten(state)
+    new = map(put, leaves, jax.tree.leaves(small), axes)
+    return jax.tree.unflatten(treedef, list(new))
 
 
 def grow_program(state: DecodeState, empty: DecodeState) -> DecodeState:
@@ -184,7 +168,7 @@ def move_rows(state: DecodeState, empty: DecodeState, take: Array) -> DecodeStat
     """Rows ``take [n]`` of ``state`` (B rows) as the first n rows of ``empty`` (donated; a
     state of B' != B rows and the same capacity, n = min(B, B')); the other rows stay
     ``empty``'s (done), batch-level leaves are ``state``'s. A leaf's row axis is the one whose
-    size differs between the two states (:func:`changed_axis`, as :func:`row_axes` reads it)."""
+    size differs between the two states (:func:`changed_axis`, as :func:`leaf_axes` reads it)."""
 
     def move(x, y):
         axis = changed_axis(x.shape, y.shape)

@@ -414,10 +414,10 @@ def commit_tree(
       The new state (``draft_state`` untouched), the followed ``path [B]`` and ``tau [B]``.
     """
     b, k_paths, l_len = draft.tokens.shape
+    params = laws_of(state, config)
     if config.verifier == "gumbel":  # the noise of the draft's and the bonus's positions
         positions = state.lengths[:, None] + jnp.arange(l_len + 1)[None, :]
-        k_verify = verify.gumbel_noise(state.noise_keys, positions, logits.shape[-1])
-    params = laws_of(state, config)
+        k_verify = sampling.race_weights(state.noise_keys, positions, logits.shape[-1], params)
     result, num_draft, overlap = verify_tree(
         config, k_verify, draft, logits, replacement=replacement, params=params
     )

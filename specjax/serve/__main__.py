@@ -47,7 +47,13 @@ def main(argv):
         sys.exit(f"error: unexpected arguments {argv[1:]}; use --config.<key>=<value>")
     cfg = loaded_config(_CONFIG, "configs/tiny_random.py")
     logging.set_verbosity(logging.WARNING)
-    std_logging.basicConfig(level=std_logging.INFO, format="%(message)s", stream=sys.stderr)
+    # (absl's handler holds the root logger at WARNING: the server's lines get their own)
+    handler = std_logging.StreamHandler(sys.stderr)
+    handler.setFormatter(std_logging.Formatter("%(message)s"))
+    serve_log = std_logging.getLogger("specjax.serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(std_logging.INFO)
+    serve_log.propagate = False
     try:
         serve_config(cfg)  # (a bad serve key fails before JAX loads)
         from specjax.cli.serve import build_server
@@ -55,7 +61,7 @@ def main(argv):
         server, engine = build_server(cfg)
     except ERRORS as err:
         sys.exit(error_line(err))
-    std_logging.getLogger("specjax.serve").info(
+    serve_log.info(
         "serving %s on http://%s:%d/v1",
         server.app.state.model_name,
         server.config.host,

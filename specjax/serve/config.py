@@ -14,6 +14,7 @@ SERVE_KEYS = dict(
     chunk=8,  # decode steps between two looks at the rows (admissions, cancellations)
     max_body_bytes=1 << 20,  # larger request bodies get 413
     grace_seconds=30.0,  # SIGTERM/SIGINT: in-flight requests finish within this
+    warmup_tokens=512,  # programs for prompts up to this long compile before serving (0: none)
 )
 """The keys ``python -m specjax.serve`` adds to a decode config, with their defaults."""
 
@@ -31,9 +32,10 @@ class ServeConfig:
     chunk: int = 8
     max_body_bytes: int = 1 << 20
     grace_seconds: float = 30.0
+    warmup_tokens: int = 512
 
     def __post_init__(self):
-        for key in ("port", "max_queue", "slots", "chunk", "max_body_bytes"):
+        for key in ("port", "max_queue", "slots", "chunk", "max_body_bytes", "warmup_tokens"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} must be an int >= 0, got {value!r}")

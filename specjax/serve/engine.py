@@ -147,8 +147,18 @@ class Engine:
     ):
         # (rows: any request may bring its own values; sampled ones are refused where the
         # config's verifier, drafter or widths are exact at temperature 0 only: problem)
+        # (one prompt per prefill call: the prefill programs are one per prompt bucket, which
+        # :meth:`warm_up` can compile before the first request)
         make = lambda d, c: ContinuousBatch(
-            target, d, c, slots=slots, seed=seed, buckets=buckets, chunk=chunk, rows=True
+            target,
+            d,
+            c,
+            slots=slots,
+            seed=seed,
+            buckets=buckets,
+            chunk=chunk,
+            rows=True,
+            prefill_group=1,
         )
         self.config = config
         self._batches = {True: make(drafter, config)}
@@ -160,6 +170,7 @@ class Engine:
         self._cond = threading.Condition()
         self._queue: collections.deque[Ticket] = collections.deque()
         self._running: dict[tuple[bool, int], Ticket] = {}  # (lane, slot) -> ticket
+        self._lanes: dict[bool, Slots] = {}  # the live rows, per lane (created on first use)
         self._admitting = 0  # taken from the queue, not yet running (in flight all the same)
         self._stopping = False
         self.failed: str | None = None
@@ -186,6 +197,31 @@ class Engine:
     def start(self) -> Engine:
         self._thread.start()
         return self
+
+    def warm_up(self, prompt_tokens: int) -> None:
+        """Before :meth:`start`: sizes each lane's slots for prompts of up to ``prompt_tokens``
+        tokens and compiles (and, with adaptive widths, calibrates) every program they run for
+        them: decoding at each row count, prefilling each prompt bucket, moving rows between
+        row counts. Requests then join without compiling; a longer prompt grows the slots and
+        compiles its programs when it comes."""
+        if self._thread.is_alive():
+            raise RuntimeError("warm_up runs before start()")
+        for lane, batch in self._batches.items():
+            widths = batch.widths_upto(prompt_tokens)
+            counts = sorted({_rows(batch, n) for n in range(1, batch.slots + 1)})
+            slots = Slots(batch, widths[-1], counts[0])
+            for i, rows in enumerate(counts):
+                slots.resize(rows)
+                for width in widths if i == 0 else widths[:1]:
+                    request = Request(("warm-up", width), [0] * width)
+                    for slot in slots.admit(collections.deque([(None, request)])):
+                        slots.step(False)
+                        slots.end(slot)
+            for old, new in itertools.permutations(counts, 2):
+                slots.resize(old)
+                slots.resize(new)
+            slots.resize(counts[0])
+            self._lanes[lane] = slots
 
     def submit(self, request: EngineRequest, sink: Callable[[Any], None]) -> Ticket:
         """Queues ``request``; its events go to ``sink``. Raises :class:`QueueFull` or
@@ -263,7 +299,7 @@ class Engine:
         self.metrics.queue_depth.set(0)
 
     def _loop(self) -> None:
-        lanes: dict[bool, Slots] = {}
+        lanes = self._lanes
         while True:
             with self._cond:
                 while not self._queue and not self._running and not self._stopping:

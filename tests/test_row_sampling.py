@@ -247,7 +247,7 @@ def test_a_request_stops_at_its_own_max_new_tokens_while_others_go_on(models):
         assert got[i].finish_reason == "length"
 
 
-def test_one_insert_program_serves_every_value(models):
+def test_one_prefill_program_serves_every_value(models):
     """Per-request values are traced: other temperatures, limits and seeds compile nothing."""
 
     def requests(t: float, m: int, s: int):

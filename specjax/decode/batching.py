@@ -3,14 +3,15 @@ as soon as its request finishes.
 
 The decode state has B *slots* (rows) and a capacity S; the programs are compiled once per
 prompt bucket: the decode program (which here stops as soon as enough rows are done, or after a
-chunk of steps) and one insert program per (insert count, prompt bucket)
-(:func:`~specjax.decode.slots.insert_program`). Requests run shortest prompt bucket first, and
+chunk of steps), one prefill program per (insert count, prompt bucket)
+(:func:`~specjax.decode.slots.prefill_rows`, whatever the row count) and one scatter of its rows
+into the slots per (rows, insert count). Requests run shortest prompt bucket first, and
 when the next one needs a larger bucket the running rows move to slots of that capacity
 (:func:`~specjax.decode.slots.grow_program`), so every step pays attention over the capacity
 the prompts in flight need, not the longest prompt's. The host loop of
 :class:`ContinuousBatch`:
 
-1. inserts waiting requests into the free slots (prefill and scatter, one program call),
+1. inserts waiting requests into the free slots (a prefill call and a scatter call per group),
    growing the slots first when the next request's prompt bucket is larger;
 2. decodes until ``refill`` more rows are done (or all, when nothing waits), at most ``chunk``
    steps;

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+
 from specjax.decode.batch_counts import finished_rows
 from specjax.decode.batching import ContinuousBatch, Request, Slots
 from specjax.decode.buckets import DEFAULT, ShapeBuckets
@@ -309,22 +311,11 @@ class Engine:
                 taken = self._take(lanes)
             for lane, slots in list(lanes.items()):
                 self._end_cancelled(lane, slots)
-            for lane, waiting in taken.items():
-                slots = lanes.get(lane)
-                batch = self._batches[lane]
-                first = batch._width(waiting[0][1])
-                if slots is None:  # (later prompts grow the width; it never shrinks, so that
-                    # the programs of few widths and row counts serve every request)
-                    slots = lanes[lane] = Slots(batch, first, _rows(batch, len(waiting)))
-                else:
-                    self._resize(lane, slots, slots.busy + len(waiting))
-                for slot in slots.admit(waiting):
-                    ticket = slots.holder[slot][0]
-                    self._running[lane, slot] = ticket
-                    ticket.slot = slot
-                    self.metrics.prompt_tokens.inc(len(ticket.request.prompt))
-            with self._cond:
-                self._admitting = 0
+            while taken:  # (requests that came while the last ones were prefilled join too)
+                self._admit(taken)
+                with self._cond:
+                    self._admitting = 0
+                    taken = self._take(lanes) if self._queue else {}
             for lane, slots in lanes.items():
                 if slots.busy:
                     with self._cond:
@@ -334,6 +325,25 @@ class Engine:
                     if not waiting and slots.busy:
                         self._resize(lane, slots, slots.busy)
             self.metrics.busy_slots.set(len(self._running))
+
+    def _admit(self, taken: dict[bool, collections.deque]) -> None:
+        """Inserts the ``taken`` requests into their lanes' free slots and waits for their
+        prefill, so that requests arriving meanwhile are admitted before the next chunk."""
+        for lane, waiting in taken.items():
+            slots = self._lanes.get(lane)
+            batch = self._batches[lane]
+            if slots is None:  # (later prompts grow the width; it never shrinks, so that the
+                # programs of few widths and row counts serve every request)
+                first = batch.widths_upto(len(waiting[0][1].prompt))[-1]
+                slots = self._lanes[lane] = Slots(batch, first, _rows(batch, len(waiting)))
+            else:
+                self._resize(lane, slots, slots.busy + len(waiting))
+            for slot in slots.admit(waiting):
+                ticket = slots.holder[slot][0]
+                self._running[lane, slot] = ticket
+                ticket.slot = slot
+                self.metrics.prompt_tokens.inc(len(ticket.request.prompt))
+            jax.block_until_ready(slots.state.lengths)
 
     def _resize(self, lane: bool, slots: Slots, need: int) -> None:
         """Runs ``slots`` with the smallest batch bucket of rows that holds ``need`` requests: a

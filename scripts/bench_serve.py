@@ -190,6 +190,8 @@ def main(argv):
     texts = prompts()
     t0, load = time.perf_counter(), os.getloadavg()[0]
     rows = []
+    # TODO(bench-serve): interleave the systems' rounds; each runs all its levels in turn, so a
+    # slower minute of the machine falls on one system (transformers' c = 16 moves ±10%)
     specjax_systems = [s for s in systems if s.startswith("specjax")]
     if specjax_systems:
         port = free_port()

@@ -3,9 +3,10 @@ r"""Serving under load: ``python -m specjax.serve`` with speculation on and off 
 
 Held-out chat prompts (MT-bench first turns, never used in training, and bench_peers' three),
 sent streamed, greedy, at most ``--max_tokens`` new tokens, ``--requests`` of them (the prompts
-in turn) at each concurrency, each timed pass after an untimed one at the same concurrency (its
-shapes compiled: steady-state serving; the persistent compilation cache keeps them for the next
-start, a cold server compiles each new shape once). Per system and
+in turn) at each concurrency. The servers run side by side; at each concurrency every system
+gets an untimed pass, then ``--rounds`` rounds of one timed pass each, in an order that turns
+each round (the median round is reported), so that a slower minute of the machine falls on all
+of them. Per system and
 concurrency: generated tokens per second (all completion tokens / the wall time of all
 requests), time to first token and inter-token latency (per request: the time from its first text
 to its last over its tokens after the first), p50 and p99 over the requests. SmolLM2 for
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # (transformers serve: the local directory only)
 
@@ -55,6 +57,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the Markdown report to
 _SERVE_FLAGS = flags.DEFINE_list(
     "serve_flags", [], "More --config.key=value flags for specjax serve (e.g. the verifier)."
 )
+_ROUNDS = flags.DEFINE_integer("rounds", 1, "Timed rounds per level (the median is reported).")
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run (flags given explicitly still win).")
 
 QUICK = dict(systems=["specjax"], concurrency=["1"], requests=1, mtbench=0, max_tokens=8)
@@ -138,9 +141,9 @@ def transformers_server(port: int, directory: pathlib.Path):
     return serving(command, port, env)
 
 
-def measure(system: str, port: int, model: str, texts: list[str]) -> list[serve_load.Load]:
-    """Every concurrency's load on one running server, each after an untimed pass at that
-    concurrency (which compiles what its arrivals need)."""
+def sender(system: str, port: int, model: str) -> Callable[[str], serve_load.Timed]:
+    """Sends one chat prompt to a running server, streamed, greedy (``specjax_ar``: with
+    speculation off)."""
     extra = {"speculative": False} if system == "specjax_ar" else {}
     base = f"http://127.0.0.1:{port}/v1"
 
@@ -149,14 +152,28 @@ def measure(system: str, port: int, model: str, texts: list[str]) -> list[serve_
         body |= dict(max_tokens=value("max_tokens"), temperature=0.0)
         return serve_load.stream(base, body, chat=True)
 
-    levels = [int(c) for c in value("concurrency")]
+    return send
+
+
+def measure(senders: dict, texts: list[str]) -> dict[str, list[serve_load.Load]]:
+    """Per system, its load at each concurrency: at each level every system's untimed pass
+    (which compiles what its arrivals need), then ``--rounds`` rounds of one timed pass per
+    system, in an order that turns each round, so that a slower minute of the machine falls on
+    all of them; a level's figure is the round with the median throughput."""
     count = value("requests")
     items = list(itertools.islice(itertools.cycle(texts), count))
-    out = []
-    for c in levels:
-        serve_load.load(send, items, c)  # untimed: compiles this concurrency's shapes
-        out.append(serve_load.load(send, items, c))
-        benchlib.log(f"{system} c={c}: {out[-1].tokens_per_s:.1f} tok/s")
+    out = {system: [] for system in senders}
+    for c in [int(c) for c in value("concurrency")]:
+        for send in senders.values():
+            serve_load.load(send, items, c)
+        timed = {system: [] for system in senders}
+        order = list(senders)
+        for r in range(_ROUNDS.value):
+            for system in order[r % len(order) :] + order[: r % len(order)]:
+                timed[system].append(serve_load.load(senders[system], items, c))
+                benchlib.log(f"{system} c={c}: {timed[system][-1].tokens_per_s:.1f} tok/s")
+        for system, loads in timed.items():
+            out[system].append(sorted(loads, key=lambda x: x.tokens_per_s)[len(loads) // 2])
     return out
 
 
@@ -189,22 +206,20 @@ def main(argv):
         raise app.UsageError(f"--systems takes {', '.join(SYSTEMS)}; got {sorted(unknown)}")
     texts = prompts()
     t0, load = time.perf_counter(), os.getloadavg()[0]
-    rows = []
-    # TODO(bench-serve): interleave the systems' rounds; each runs all its levels in turn, so a
-    # slower minute of the machine falls on one system (transformers' c = 16 moves ±10%)
-    specjax_systems = [s for s in systems if s.startswith("specjax")]
-    if specjax_systems:
-        port = free_port()
-        with specjax_server(port):
-            for system in specjax_systems:
-                rows += [row(NAMES[system], r) for r in measure(system, port, "m", texts)]
-    if "transformers" in systems:
-        with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        senders = {}
+        if any(s.startswith("specjax") for s in systems):
+            port = free_port()
+            stack.enter_context(specjax_server(port))
+            senders |= {s: sender(s, port, "m") for s in systems if s.startswith("specjax")}
+        if "transformers" in systems:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
             directory = hf_directory(pathlib.Path(tmp))
             port = free_port()
-            with transformers_server(port, directory):
-                results = measure("transformers", port, str(directory), texts)
-                rows += [row(NAMES["transformers"], r) for r in results]
+            stack.enter_context(transformers_server(port, directory))
+            senders["transformers"] = sender("transformers", port, str(directory))
+        results = measure(senders, texts)
+    rows = [row(NAMES[system], r) for system, loads in results.items() for r in loads]
     header = ["system", "concurrency", "requests", "gen tok/s"]
     header += ["TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"]
     report = "\n\n".join(

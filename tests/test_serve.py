@@ -362,10 +362,10 @@ def test_a_warmed_up_engine_admits_requests_without_compiling():
     from specjax.serve import Engine, EngineRequest
     from specjax.serve.engine import Finished
 
-    cfg = tiny_config(slots=4, prompt_buckets="16,32", max_new_tokens=8)
+    cfg = tiny_config(slots=2, prompt_buckets="16,32", max_new_tokens=8)
     target, _, drafter, config = build(cfg)
     buckets = validate.shape_buckets(cfg)
-    engine = Engine(target, drafter, config, slots=4, chunk=4, buckets=buckets)
+    engine = Engine(target, drafter, config, slots=2, chunk=4, buckets=buckets)
     engine.warm_up(32)
     traced, on = [], [True]  # every program traced (compiled or read from the persistent cache)
     listen = lambda event, seconds, **_: traced.append(event) if on[0] else None

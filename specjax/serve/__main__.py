@@ -4,7 +4,8 @@ r"""An OpenAI-compatible server from the command line.
 
 Every key of the config file works as for ``python -m specjax.decode``, plus the serve keys
 (:data:`specjax.serve.SERVE_KEYS`: host, port, served_model_name, api_key, max_queue, slots,
-chunk, max_body_bytes, grace_seconds). Errors are one line on stderr and a non-zero exit.
+chunk, max_body_bytes, grace_seconds, warmup_tokens). Errors are one line on stderr and a
+non-zero exit.
 """
 
 from __future__ import annotations

@@ -370,17 +370,19 @@ class ContinuousBatch:
         timing = Timing(seconds, slots.compile_seconds)
         self.metrics = totals.metrics(timing, self.config.widths, widths)
 
+    def _longest_prompt(self) -> int:
+        """The longest prompt the models take with ``max_new_tokens`` and the draft tree."""
+        tree, _ = self._tree()
+        return self._limit() - self.config.max_new_tokens - tree
+
     def _width(self, request: Request) -> int:
         """The prompt bucket of ``request``: the prompt width of a run that can hold it."""
-        tree, _ = self._tree()
-        limit = self._limit() - self.config.max_new_tokens - tree
-        return self.buckets.prompt_length(len(request.prompt), limit)
+        return self.buckets.prompt_length(len(request.prompt), self._longest_prompt())
 
     def widths_upto(self, tokens: int) -> list[int]:
         """The prompt buckets (ascending) that prompts of 1 .. ``tokens`` tokens are prefilled
         at, ``tokens`` capped at the longest prompt the models take."""
-        tree, _ = self._tree()
-        limit = self._limit() - self.config.max_new_tokens - tree
+        limit = self._longest_prompt()
         top = self.buckets.prompt_length(max(1, min(tokens, limit)), limit)
         return sorted({b for b in self.buckets.prompt if b < top} | {top})
 

@@ -308,14 +308,14 @@ class Engine:
                     self._cond.wait()
                 if not self._queue and not self._running:
                     return  # stopping, and nothing left
-                taken = self._take(lanes)
+                taken = self._take()
             for lane, slots in list(lanes.items()):
                 self._end_cancelled(lane, slots)
             while taken:  # (requests that came while the last ones were prefilled join too)
                 self._admit(taken)
                 with self._cond:
                     self._admitting = 0
-                    taken = self._take(lanes) if self._queue else {}
+                    taken = self._take() if self._queue else {}
             for lane, slots in lanes.items():
                 if slots.busy:
                     with self._cond:
@@ -360,7 +360,7 @@ class Engine:
                 running[k, slot] = ticket
             self._running = running
 
-    def _take(self, lanes: dict[bool, Slots]) -> dict[bool, collections.deque]:
+    def _take(self) -> dict[bool, collections.deque]:
         """Pops the queued requests the free slots can hold, per lane (under the lock)."""
         free = {}
         for lane in (True, False):

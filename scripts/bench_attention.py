@@ -77,7 +77,7 @@ class Case:
         finally:
             attention.MIN_WINDOW, attention.CHUNK, cache.UNROLL_ROWS = DEFAULT_WINDOW, 0, 0
         PROGRAMS.clear()
-        executable = self.run.decode_executable
+        executable = self.run.programs.decode
         self.bytes = (executable.cost_analysis() or {}).get("bytes accessed", float("nan"))
         start = self.run.start()
         begin = int(start.lengths[0])

@@ -47,7 +47,7 @@ def drafter_of(pair, params=GREEDY):
 def fresh_run(target, drafter, cfg, prompts=PROMPTS) -> Run:
     """The run of ``prompts`` with its program's measured costs forgotten."""
     run = Run.of(target, drafter, prompts, cfg, 0, None, DEFAULT)
-    PROGRAMS.costs.pop(run.key, None)
+    PROGRAMS.costs.pop(run.programs.key, None)
     return run
 
 
@@ -94,7 +94,7 @@ def test_given_costs_are_the_costs_and_nothing_is_measured(models, autoregressiv
     assert run.measured
     never_measure(monkeypatch)
     out = generate(target, PROMPTS, cfg, drafter_of(models))
-    assert out.metrics.calibration_seconds == 0.0 and run.key not in PROGRAMS.costs
+    assert out.metrics.calibration_seconds == 0.0 and run.programs.key not in PROGRAMS.costs
     assert out.tokens == autoregressive
 
 
@@ -114,7 +114,7 @@ def test_at_temperature_one_a_sample_repeats_whatever_the_timing(models, policy,
     assert run.calibrate(state) is state  # nothing to measure
     never_measure(monkeypatch)
     first = generate(target, PROMPTS, cfg, drafter, seed=6)
-    assert first.metrics.calibration_seconds == 0.0 and run.key not in PROGRAMS.costs
+    assert first.metrics.calibration_seconds == 0.0 and run.programs.key not in PROGRAMS.costs
     real = time.perf_counter
     monkeypatch.setattr(time, "perf_counter", lambda: 50.0 * real())
     again = generate(target, PROMPTS, cfg, drafter, seed=6)
@@ -141,7 +141,7 @@ def test_at_temperature_zero_the_costs_are_measured_once_per_program_before_the_
     first = generate(target, PROMPTS, MEASURED, drafter_of(models))
     assert calls == [True]  # once, on a scratch
     assert first.metrics.calibration_seconds > 0.0 and run.measured
-    costs = PROGRAMS.costs[run.key]
+    costs = PROGRAMS.costs[run.programs.key]
     assert costs.dtype == np.float32 and costs.shape == (2,)
     assert costs[0] == 1.0 and costs[1] >= 1.0, costs
     np.testing.assert_array_equal(run.costs, costs)
@@ -160,7 +160,7 @@ def test_a_short_generation_at_temperature_zero_also_measures_its_costs_once(mod
     cfg = DecodeConfig("block", GREEDY, 14, widths=(0, 3))
     run = fresh_run(target, drafter_of(models), cfg, PROMPTS[:1])
     first = generate(target, PROMPTS[:1], cfg, drafter_of(models))
-    assert first.metrics.calibration_seconds > 0.0 and run.key in PROGRAMS.costs
+    assert first.metrics.calibration_seconds > 0.0 and run.programs.key in PROGRAMS.costs
     again = generate(target, PROMPTS[:1], cfg, drafter_of(models))
     assert again.metrics.calibration_seconds == 0.0
 
@@ -175,7 +175,7 @@ def test_gumbel_at_temperature_one_measures_its_costs_and_keeps_the_autoregressi
     drafter = drafter_of(models, HOT)
     run = fresh_run(target, drafter, cfg)
     out = generate(target, PROMPTS, cfg, drafter, seed=4)
-    assert out.metrics.calibration_seconds > 0.0 and run.key in PROGRAMS.costs
+    assert out.metrics.calibration_seconds > 0.0 and run.programs.key in PROGRAMS.costs
     baseline = generate(target, PROMPTS, DecodeConfig("autoregressive", HOT, 12), seed=4)
     assert out.tokens == baseline.tokens
 
@@ -195,7 +195,7 @@ def test_measure_refills_a_scratch_and_stops_with_live_rows(models, autoregressi
     costs, _ = cost_source.measure(run, run.start(), restart=restart, rounds=2)
     assert refills  # 2 x 2 forced calls of 1 and 9 or more steps: over 30 tokens per row
     assert costs.shape == (2,) and costs[0] == 1.0 and costs[1] >= 1.0, costs
-    assert run.key not in PROGRAMS.costs  # (measure only measures)
+    assert run.programs.key not in PROGRAMS.costs  # (measure only measures)
     costs, state = cost_source.measure(run, run.start())
     assert bool(np.all(state.done))
     assert outputs(state, len(PROMPTS)) == autoregressive
@@ -218,7 +218,7 @@ def test_calibrate_measures_live_rows_once_per_program(models, monkeypatch):  # 
     monkeypatch.setattr(cost_source, "measure", measure)
     state = run.start()
     run.calibrate(state)
-    assert calls == [None] and not run.measured and run.key not in PROGRAMS.costs
+    assert calls == [None] and not run.measured and run.programs.key not in PROGRAMS.costs
     run.calibrate(state)
     assert calls == [None, None] and run.measured and run.calibration_seconds > 0.0
     np.testing.assert_array_equal(run.costs, results[1])

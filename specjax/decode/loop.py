@@ -78,7 +78,7 @@ def compile_generation(
     inspection: ``.as_text()`` is the optimised HLO, ``.cost_analysis()`` XLA's estimates.
     (Compiled once per shape, like :func:`generate`'s own.)"""
     run = Run.of(target, drafter, prompts, config, 0, mesh, buckets)
-    return run.prefill, run.decode_executable
+    return run.programs.prefill, run.programs.decode
 
 
 def outputs(state: DecodeState, rows: int | None = None) -> list[list[int]]:
@@ -95,7 +95,10 @@ def _counters(state: DecodeState) -> DecodeState:
 
 
 class Run:
-    """One generation's inputs placed on devices, and its two compiled programs."""
+    """The driver of one generation: its inputs placed on devices, its frozen
+    :class:`~specjax.decode.programs.Programs`, and :meth:`decode`, which :func:`generate_local`,
+    :class:`~specjax.decode.stream.Stream` and :class:`~specjax.decode.batching.Slots` all call
+    (it keeps only device scalars and the steps run for the caller to take)."""
 
     @classmethod
     def of(cls, target, drafter, prompts, config, seed, mesh, buckets) -> Run:
@@ -135,9 +138,7 @@ class Run:
                 self.put_scalar(seed),
             )
         sizes = dict(capacity=b.capacity, buffer=b.buffer)
-        self.prefill, self.decode_executable, self.key = PROGRAMS.get(
-            self.args, sizes, config, mesh, self.draft_tp
-        )
+        self.programs = PROGRAMS.get(self.args, sizes, config, mesh, self.draft_tp)
         self.compile_seconds = time.perf_counter() - start
         self.compiled = PROGRAMS.compiled - before
         self.seed = int(seed)
@@ -147,7 +148,7 @@ class Run:
 
     def start(self) -> DecodeState:
         """Runs prefill."""
-        return self.prefill(*self.args)
+        return self.programs.prefill(*self.args)
 
     @property
     def costs(self) -> np.ndarray:
@@ -155,7 +156,7 @@ class Run:
         measured on this program (:meth:`prepare`), or guessed where no clock may choose."""
         if self.config.width_costs:
             return np.asarray(self.config.width_costs, np.float32)
-        measured = PROGRAMS.costs.get(self.key)
+        measured = PROGRAMS.costs.get(self.programs.key)
         if measured is not None and cost_source.may_measure(self.config):
             return measured
         return widths.guess_costs(self.config.widths, self.drafter.num_paths)
@@ -163,7 +164,7 @@ class Run:
     @property
     def measured(self) -> bool:
         """Whether the costs are settled: not to be measured, or measured."""
-        return not cost_source.may_measure(self.config) or self.key in PROGRAMS.costs
+        return not cost_source.may_measure(self.config) or self.programs.key in PROGRAMS.costs
 
     def decode(
         self,
@@ -178,7 +179,7 @@ class Run:
         steps = self._scalar(max_steps)
         until = self._scalar(state.batch if until_done is None else until_done)
         inputs = self._width_inputs(force) if self.config.widths else None
-        state, steps_run = self.decode_executable(
+        state, steps_run = self.programs.decode(
             self.target, self.drafter, state, steps, until, inputs
         )
         self._steps.append(steps_run)  # device scalars, read by take_steps
@@ -225,7 +226,7 @@ class Run:
         start = time.perf_counter()
         costs, state = cost_source.measure(self, state, restart=restart)
         if costs is not None or restart is not None:
-            PROGRAMS.costs[self.key] = costs
+            PROGRAMS.costs[self.programs.key] = costs
         self.calibration_seconds += time.perf_counter() - start
         return state
 

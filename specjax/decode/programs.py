@@ -258,23 +258,39 @@ class ProgramCache:
         self._kept.clear()
 
 
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    """A generation's two compiled programs.
+
+    Attributes:
+      prefill: ``(target, drafter, prompts, prompt_lengths, active, seed) -> DecodeState``.
+      decode: ``(target, drafter, state, max_steps, until_done, width_inputs) -> (state,
+        steps run)``, the state donated.
+      key: what they are kept under in :data:`PROGRAMS` (also the key of their measured width
+        costs).
+    """
+
+    prefill: Any
+    decode: Any
+    key: tuple
+
+
 class _Programs:
-    """Compiled (prefill, decode) pairs kept per argument signature and static settings."""
+    """Compiled :class:`Programs` kept per argument signature and static settings."""
 
     def __init__(self, capacity: int = 48):
         self.kept = ProgramCache(capacity)
         self.compiled = 0  # programs compiled so far in this process
         self.costs: dict = {}  # per program key: the width costs measured on it once
 
-    def get(self, args, sizes: dict, config, mesh, draft_tp: bool):
-        """``(prefill, decode, key)``: the executables for prefill arguments ``args`` and the
-        key they are kept under (also the key of their measured width costs)."""
+    def get(self, args, sizes: dict, config, mesh, draft_tp: bool) -> Programs:
+        """The :class:`Programs` for prefill arguments ``args``, compiled once per key."""
         key = (signature(args), tuple(sorted(sizes.items())), config, mesh, draft_tp)
         pair, built = self.kept.get(key, lambda: self._compile(args, sizes, config, mesh, draft_tp))
         self.compiled += 2 * built
         if built:
             self.costs.pop(key, None)
-        return (*pair, key)
+        return Programs(*pair, key)
 
     @staticmethod
     def _compile(args, sizes, config, mesh, draft_tp):

@@ -5,9 +5,10 @@ these are the pieces it is built from, stable enough to build on:
 
 * inputs: ``prepare`` (checks and pads prompts), ``PreparedBatch``;
 * programs: ``prefill_program`` / ``decode_program`` (uncompiled), ``compile_generation`` (the
-  compiled pair, for HLO inspection), ``Run`` (one generation's placed inputs and compiled
-  programs, called step by step as ``generate`` calls them), ``PROGRAMS`` (the program
-  cache), ``state_shardings`` / ``constrain_state`` (the decode state's mesh layout);
+  compiled pair, for HLO inspection), ``Programs`` (the frozen pair and its key), ``Run`` (the
+  driver: one generation's placed inputs and its ``Programs``, decoded as ``generate``,
+  ``Stream`` and ``ContinuousBatch`` decode them), ``PROGRAMS`` (the program cache),
+  ``state_shardings`` / ``constrain_state`` (the decode state's mesh layout);
 * one step: ``step`` (the adaptive-width step), ``speculative_step`` / ``autoregressive_step``,
   ``init_state``, ``split_keys``, ``last_tokens``, ``verify_and_commit`` (the target's half),
   ``tree_inputs`` / ``verify_tree`` (the target's tree forward and its verification),
@@ -25,6 +26,7 @@ from specjax.decode.loop import Run, compile_generation, outputs
 from specjax.decode.observe import StepLaws, observed_step
 from specjax.decode.programs import (
     PROGRAMS,
+    Programs,
     constrain_state,
     decode_program,
     prefill_program,
@@ -53,6 +55,7 @@ __all__ = [
     "PROGRAMS",
     "DecodeState",
     "PreparedBatch",
+    "Programs",
     "Run",
     "StepLaws",
     "StepStats",

@@ -397,6 +397,28 @@ def test_a_warmed_up_engine_admits_requests_without_compiling():
     assert "/jax/core/compile/jaxpr_trace_duration" not in traced
 
 
+def test_a_new_request_hears_of_its_first_token_after_one_step(greedy):
+    """The engine decodes a chunk (4 steps here) between two looks at the rows, except right
+    after an admission: a new request's first ids come after one step (its time to first
+    token is its prefill and one step, not a chunk)."""
+    from specjax.serve import EngineRequest
+    from specjax.serve.engine import Finished, Tokens
+
+    _, engine, _ = greedy
+    done, events = threading.Event(), []
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, Finished):
+            done.set()
+
+    engine.submit(EngineRequest((5, 6, 7, 8), 12, "first", speculative=False), sink)
+    assert done.wait(60)
+    sizes = [len(e.ids) for e in events if isinstance(e, Tokens)]
+    assert sizes[0] == 1 and sizes[1:3] == [4, 4], sizes  # then a chunk at a time
+    assert events[-1].completion_tokens == 12
+
+
 def test_adaptive_widths_become_fixed_unless_the_sample_cannot_depend_on_them(caplog):
     from specjax.cli.serve import fixed_widths
 
@@ -441,9 +463,9 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
         """Decodes nothing until the client has left (a chat stream's first event, the role,
         comes before any decoding)."""
 
-        def step(self, waiting):
+        def step(self, waiting, steps=None):
             gate.wait(120)  # (the finally below opens it)
-            super().step(waiting)
+            super().step(waiting, steps)
 
     monkeypatch.setattr(engine_module, "Slots", Gated)
     server, engine, _ = _start()
@@ -508,7 +530,7 @@ def test_an_engine_failure_answers_500_and_ends_the_server(greedy, monkeypatch):
     from specjax.serve import engine as engine_module
 
     class Broken(engine_module.Slots):
-        def step(self, waiting):
+        def step(self, waiting, steps=None):
             raise FloatingPointError("the device fell over")
 
     monkeypatch.setattr(engine_module, "Slots", Broken)

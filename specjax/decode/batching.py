@@ -387,8 +387,8 @@ class ContinuousBatch:
         return sorted({b for b in self.buckets.prompt if b < top} | {top})
 
     def _start(self, width: int, b: int) -> Run:
-        """``b`` empty slots and their programs for prompts of up to ``width`` tokens
-        (``run.width``: S is ``width + max_new_tokens`` plus the draft tree)."""
+        """``b`` empty slots and their programs for prompts of up to ``width`` tokens (S is
+        ``width + max_new_tokens`` plus the draft tree)."""
         tree, l_len = self._tree()
         batch = PreparedBatch(
             prompts=np.zeros((b, 1), np.int32),
@@ -398,9 +398,7 @@ class ContinuousBatch:
             capacity=width + self.config.max_new_tokens + tree,
             buffer=width + self.config.max_new_tokens + l_len + 1,
         )
-        run = Run(self.target, self.drafter, batch, self._config, self.seed, self.mesh)
-        run.width = width
-        return run
+        return Run(self.target, self.drafter, batch, self._config, self.seed, self.mesh)
 
     def _grow(self, run: Run, state: DecodeState, width: int) -> tuple[Run, DecodeState, float]:
         """The rows of ``state`` moved to new slots for prompts of ``width`` tokens; returns the
@@ -430,11 +428,13 @@ class ContinuousBatch:
                 entries = entries[size:]
         return groups
 
-    def _insert(self, run: Run, state: DecodeState, taken, slots) -> tuple[DecodeState, float]:
-        """Prefills ``taken`` requests into ``slots``; returns the state and the seconds spent
-        compiling."""
+    def _insert(
+        self, run: Run, width: int, state: DecodeState, taken, slots
+    ) -> tuple[DecodeState, float]:
+        """Prefills ``taken`` requests into ``slots`` of ``run`` (for prompts of up to ``width``
+        tokens); returns the state and the seconds spent compiling."""
         count = len(taken)
-        width = self.buckets.prompt_length(max(len(r.prompt) for _, r in taken), run.width)
+        width = self.buckets.prompt_length(max(len(r.prompt) for _, r in taken), width)
         prompts = np.zeros((count, width), np.int32)
         lengths = np.ones((count,), np.int32)
         words = np.zeros((count, 2), np.uint32)
@@ -509,6 +509,7 @@ class Slots:
     def __init__(self, batch: ContinuousBatch, width: int, rows: int | None = None):
         self.batch = batch
         self.rows = batch.slots if rows is None else rows
+        self.width = width  # the longest prompt the slots take (they grow for a longer one)
         self.run = batch._start(width, self.rows)
         # (compiling after the start is not timed)
         self.compile_seconds = self._before = self.run.compile_seconds
@@ -540,14 +541,15 @@ class Slots:
         # grown once to the widest of the prompts the free slots take: each width S takes
         # its own programs, so an admission does not pass through narrower ones
         need = max(batch._width(r) for _, r in itertools.islice(waiting, len(free)))
-        if need > self.run.width:
+        if need > self.width:
             self.slot_steps += self.run.take_steps() * b
             self.run, self.state, seconds = batch._grow(self.run, self.state, need)
             self.compile_seconds, self._calibrated = self.compile_seconds + seconds, False
+            self.width = need
         filled, taken = [], [waiting.popleft() for _ in range(min(len(waiting), len(free)))]
-        for group in batch._groups(taken, self.run.width):
+        for group in batch._groups(taken, self.width):
             here, free = free[: len(group)], free[len(group) :]
-            self.state, seconds = batch._insert(self.run, self.state, group, here)
+            self.state, seconds = batch._insert(self.run, self.width, self.state, group, here)
             self.compile_seconds += seconds
             for entry, slot in zip(group, here, strict=True):
                 self.holder[slot] = entry
@@ -567,7 +569,7 @@ class Slots:
         free = [i for i in range(self.rows) if self.holder[i] is None]
         take = busy + free[: rows - len(busy)] if rows < self.rows else list(range(self.rows))
         self.slot_steps += self.run.take_steps() * self.rows
-        run = self.batch._start(self.run.width, rows)
+        run = self.batch._start(self.width, rows)
         self.state = move_rows(self.state, run.start(), np.asarray(take, np.int32))
         self.compile_seconds += run.compile_seconds
         moved = {old: new for new, old in enumerate(take) if self.holder[old] is not None}
@@ -578,14 +580,15 @@ class Slots:
         self._calibrated = False
         return moved
 
-    def step(self, waiting: bool) -> None:
+    def step(self, waiting: bool, steps: int | None = None) -> None:
         """Decodes one chunk: until ``refill`` more rows are done while requests are
-        ``waiting``, else until all are, at most ``chunk`` steps."""
+        ``waiting``, else until all are, at most ``steps`` steps (default ``chunk``)."""
         if not self._calibrated:  # adaptive widths: costs measured once per program
             self.state, self._calibrated = self.run.calibrate(self.state), True
         b, busy = self.rows, self.busy
         until = b if not waiting else min(b, b - busy + self.batch.refill)
-        self.state = self.run.decode(self.state, self.batch.chunk, until_done=until)
+        steps = self.batch.chunk if steps is None else steps
+        self.state = self.run.decode(self.state, steps, until_done=until)
 
     def new_tokens(self) -> dict[int, list[int]]:
         """Each busy slot's ids committed since the last call (checked first: no garbage is

@@ -2,7 +2,8 @@
 
 Its loop admits waiting requests into free slots between decode chunks (the prompt buckets and
 insert programs of :class:`~specjax.decode.batching.ContinuousBatch`, driven through its
-:class:`~specjax.decode.batching.Slots`), decodes a chunk, hands each request's newly committed
+:class:`~specjax.decode.batching.Slots`), decodes a chunk (one step while a request has had no
+ids yet: its first token should not wait a chunk), hands each request's newly committed
 ids to its sink, and frees finished, cancelled and stop-string-ended rows (the last with their
 counts, read before the row ends). The batches carry each row's sampling and ``max_new_tokens``
 (``DecodeConfig.rows``: a live queue cannot know its requests' values in advance), so a row ends
@@ -320,7 +321,8 @@ class Engine:
                 if slots.busy:
                     with self._cond:
                         waiting = any(t.request.speculative == lane for t in self._queue)
-                    slots.step(waiting)
+                    fresh = any(t.last is None for (k, _), t in self._running.items() if k == lane)
+                    slots.step(waiting, 1 if fresh else None)
                     self._deliver(lane, slots)
                     if not waiting and slots.busy:
                         self._resize(lane, slots, slots.busy)

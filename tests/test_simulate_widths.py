@@ -14,8 +14,9 @@ from specjax.decode import widths
 
 def test_the_simulation_drafts_where_drafts_pay_and_not_where_they_cannot():
     """With every draft accepted at a cheap step the policy drafts at every step and matches
-    fixed drafting; with none accepted it drafts its first step, then only probes (after 8, 16
-    and 32 width-0 steps), at the autoregressive speed within a few percent."""
+    fixed drafting; with none accepted it drafts its first step, then only probes (after 3, 6,
+    12 and 24 width-0 steps: the priced first wait is ceil(8 * 0.5 / (4 / 1.575 - 1)) = 3), at
+    the autoregressive speed within a few percent."""
     policy = widths.Goodput()
     always = sim.Scenario(sim.steady([1.0] * 3), (1.0, 1.5))
     run = sim.simulate(always, policy, 4, 60)
@@ -24,9 +25,9 @@ def test_the_simulation_drafts_where_drafts_pay_and_not_where_they_cannot():
     assert np.all(run["speed"] >= 0.99 * fixed[1]) and np.all(run["steps"][:, 1] == 15)
     never = sim.Scenario(sim.steady([0.0] * 3), (1.0, 1.5))
     run = sim.simulate(never, policy, 4, 60)
-    assert np.all(run["steps"][:, 1] == 4) and np.all(run["steps"][:, 0] == 56)
-    assert np.allclose(run["speed"], 60 / 62)
-    assert sim.score(run["speed"], sim.best_fixed(never, 4, 60), False) == pytest.approx(60 / 62)
+    assert np.all(run["steps"][:, 1] == 5) and np.all(run["steps"][:, 0] == 55)
+    assert np.allclose(run["speed"], 60 / 62.5)
+    assert sim.score(run["speed"], sim.best_fixed(never, 4, 60), False) == pytest.approx(60 / 62.5)
 
 
 def test_a_free_look_drafts_a_copy_and_soft_verdicts_run():
@@ -51,6 +52,9 @@ def test_policies_parse_field_overrides():
     assert (
         parsed["probe=4+probe_max=64"].probe == 4 and parsed["probe=4+probe_max=64"].probe_max == 64
     )
-    for bad in ("speed=2", "margin", "probe=2.5"):
+    assert (
+        not width_policies.parse("priced=false").priced and width_policies.parse("priced=1").priced
+    )
+    for bad in ("speed=2", "margin", "probe=2.5", "priced=maybe"):
         with pytest.raises(ValueError):
             width_policies.parse(bad)

@@ -112,6 +112,22 @@ def test_goodput_drafts_where_drafts_pay_and_never_with_a_hint_of_zero():
         assert int(policy.choose(good, dear, hints, active, False)[0]) == want, most
 
 
+def test_drafting_starts_past_the_margin_and_goes_on_while_it_beats_width_zero_times_keep():
+    """A hysteresis: after a width-0 step a drafting width must beat width 0 by ``margin``;
+    after a drafting step it goes on while it beats width 0 times ``keep``."""
+    policy, widths = W.Goodput(margin=1.05, keep=0.9), (0, 3)
+    hint, active = jnp.full((1,), 3, jnp.int32), rows(1)
+    tokens = 1 + 0.5 + 0.25 + 0.125  # a drafting step's expected tokens at estimates 0.5
+    after = {
+        last: control_with(1, 3, widths, 0.5, last=jnp.int32(last), wait=jnp.int32(8))
+        for last in (-1, 0, 1)  # before any step, after width 0, after drafting
+    }
+    for ratio, want in [(1.1, (1, 1, 1)), (1.0, (0, 0, 1)), (0.95, (0, 0, 1)), (0.85, (0, 0, 0))]:
+        costs = inputs([1.0, tokens / ratio])  # drafting's goodput over width 0's: ratio
+        got = tuple(int(policy.choose(after[k], costs, hint, active, False)[0]) for k in after)
+        assert got == want, ratio
+
+
 def test_a_forced_width_is_taken_whatever_the_estimates_and_leaves_the_waits_alone():
     widths, hint, active = (0, 2, 4), jnp.full((2,), 4, jnp.int32), rows(2)
     bad = control_with(2, 4, widths, 0.1, wait=jnp.int32(16), idle=jnp.int32(16))
@@ -133,7 +149,7 @@ def test_probes_wait_first_probe_then_probe_and_double_up_to_probe_max():
     width-0 steps, then after ``probe``, ``2 probe``, ... width-0 steps, at most ``probe_max``;
     before each choice ``quota`` is the width-0 steps left before the probe. Estimates that
     choose drafting bring the wait back to ``probe``."""
-    policy = W.Goodput(first_probe=2, probe=4, probe_max=16)
+    policy = W.Goodput(first_probe=2, probe=4, probe_max=16, priced=False)
     widths, costs, active = (0, 1, 3), inputs([1.0, 1.3, 9.0]), rows(2)
     hint = jnp.full((2,), 3, jnp.int32)
     control = control_with(2, 3, widths, 0.05)
@@ -169,12 +185,31 @@ def test_probes_wait_first_probe_then_probe_and_double_up_to_probe_max():
     assert run(idle, 5)[0] == [0, 0, 0, 0, 1]
 
 
+def test_a_probe_waits_longer_the_dearer_it_is_against_what_it_could_gain():
+    """``priced``: the wait after drafting stops is ``probe`` times a probe's extra cost
+    ``c_1 - 1`` over what a fully accepted probe gains over width 0, ``(1 + w_1) / (c_1 margin)
+    - 1``, within 1 .. ``probe_max``: SmolLM2's head on the CPU probes every few steps, the
+    Shakespeare pair's draft (a step ~4 one-token steps, a lazy draft catching up) seldom."""
+    hint, active = jnp.full((1,), 4, jnp.int32), rows(1)
+    cases = [  # (widths, costs, priced wait)
+        ((0, 3), [1.0, 1.6], 4),  # ceil(8 * 0.6 / (4 / 1.68 - 1)) = ceil(3.48)
+        ((0, 4), [1.0, 3.0], 28),  # ceil(8 * 2 / (5 / 3.15 - 1)) = ceil(27.2)
+        ((0, 4), [1.0, 4.09], 128),  # ceil(150.4), at most probe_max
+    ]
+    for widths, costs, want in cases:
+        drafting = control_with(1, widths[-1], widths, 0.99)  # (drafting pays: the wait resets)
+        for policy, wait in [(W.Goodput(), want), (W.Goodput(priced=False), 8)]:
+            index, after = policy.choose(drafting, inputs(costs), hint, active, False)
+            assert int(index) == 1 and int(after.wait) == wait, (costs, policy.priced)
+
+
 def test_the_default_goodput_drafts_at_its_first_step_and_never_probes_where_no_draft_could_pay():
     widths, active, hint = (0, 2, 4), rows(2), jnp.full((2,), 4, jnp.int32)
     fresh = control_with(2, 4, widths, 0.0)  # (estimates that never choose drafting)
     policy = W.Goodput()
     index, after = policy.choose(fresh, inputs([1.0, 1.2, 1.5]), hint, active, False)
-    assert int(index) == 1 and int(after.wait) == policy.probe  # first_probe 0: a probe at once
+    assert int(index) == 1  # first_probe 0: a probe at once
+    assert int(after.wait) == 2  # ceil(8 * 0.2 / (3 / (1.2 * 1.05) - 1)): priced
     hopeless = inputs([1.0, 2.9, 4.8])
     control = fresh
     for _ in range(2 * policy.probe_max):

@@ -35,12 +35,18 @@ def parse(item: str) -> Goodput:
             )
         kind = type(getattr(Goodput(), name))
         try:
-            changes[name] = kind(value)
+            changes[name] = _bool(value) if kind is bool else kind(value)
         except ValueError as e:
             raise ValueError(
                 f"policy {item!r}: {name} takes a {kind.__name__}, not {value!r}"
             ) from e
     return dataclasses.replace(Goodput(), **changes)
+
+
+def _bool(value: str) -> bool:
+    if value.strip().lower() not in ("true", "false", "1", "0"):
+        raise ValueError(value)
+    return value.strip().lower() in ("true", "1")
 
 
 def parse_all(items: list[str]) -> dict[str, Goodput]:
@@ -64,5 +70,7 @@ def costs_of(run) -> tuple[str | None, list[float]]:
     if config.width_costs:
         return "given", costs
     if cost_source.may_measure(config):
-        return ("measured" if run.key in PROGRAMS.costs else "guessed (not measured yet)"), costs
+        return (
+            "measured" if run.programs.key in PROGRAMS.costs else "guessed (not measured yet)"
+        ), costs
     return "guessed", costs

@@ -20,7 +20,8 @@ The policies:
   of "draft position i was accepted, given positions < i were", from hard verdicts or, for chain
   steps that report it, their expectation Σ min(p, q) (:attr:`DecodeConfig.soft_verdicts`). Each
   step takes the width with the batch's best expected goodput ``sum_b (1 + E_b[accepted | w]) /
-  costs[w]`` (a drafting width must beat width 0 by :attr:`Goodput.margin`). A width-0 step
+  costs[w]`` (a drafting width must beat width 0 by :attr:`Goodput.margin` to start drafting,
+  and drafting goes on while it beats width 0 times :attr:`Goodput.keep`). A width-0 step
   shows a drafter nothing, so after :attr:`Goodput.probe` width-0 steps it tries
   ``widths[1]`` once, and the wait doubles after each probe that does not restart drafting (to
   :attr:`Goodput.probe_max`). A drafter with a free look at its first token (n-gram lookup)
@@ -195,33 +196,42 @@ def _counted(control: WidthControl, index: Array, active: Array) -> WidthControl
 class Goodput:
     """The default policy (module docstring); its knobs, each a field.
 
-    TODO(width-policy): at temperature 0 a draft that pays modestly (SmolLM2's head, acceptance
-    ~0.6) is stopped by two or three 0/1 rejections in a row and its doubling probes then wait
-    (BENCHMARKS.md: 1.06x against fixed drafting's 1.15x); a probe after a long idle run also
-    pays a lazy draft's catch-up, which the costs do not price.
+    TODO(width-policy): a probe after a long idle run also pays a lazy draft's catch-up (on the
+    CPU the Shakespeare pair's probe costs ~6 one-token steps, not its step's 4.1), which the
+    costs do not price; ``priced`` makes such probes rare instead.
 
     Attributes:
       rate: the weight of the newest verdict in the moving average (the first few weigh
         ``1 / (seen + 1 + prior_weight)``).
       prior_weight: how many verdicts the default prior counts as.
-      margin: how much a drafting width's expected goodput must beat width 0's.
+      margin: how much a drafting width's expected goodput must beat width 0's after a width-0
+        step (to start drafting).
+      keep: the same factor after a drafting step (to go on drafting): below ``margin``, a band
+        in which noise in the estimates does not flip the width.
       first_probe: width-0 steps before a generation's first probe (0: its first step drafts).
-      probe, probe_max: the wait after a probe, doubling after each to at most ``probe_max``.
+      probe, probe_max: the wait after drafting stops, doubling after each probe that does
+        not restart drafting, to at most ``probe_max``.
+      priced: scale the first wait by what a probe costs beyond a width-0 step over what a
+        fully accepted one would gain (``probe · (c_1 - 1) / ((1 + w_1) / (c_1 margin) - 1)``):
+        a draft whose step costs ~4 one-token steps probes ~40x less often than one costing 1.6.
       reveal: for a drafter with a free look, the first-token estimate from which a row's
         proposal is worth a probe (only drafting shows whether its later tokens hold).
     """
 
-    rate: float = 0.25
+    rate: float = 0.1
     prior_weight: float = 0.0
     margin: float = 1.05
+    keep: float = 0.9
     first_probe: int = 0
     probe: int = 8
     probe_max: int = 128
+    priced: bool = True
     reveal: float = 0.8
 
     def choose(self, control, inputs, hint, active, look):
         widths = control.widths
-        best = best_width(control.accept, inputs.costs, hint, active, widths, self.margin)
+        margin = jnp.where(control.last > 0, self.keep, self.margin)
+        best = best_width(control.accept, inputs.costs, hint, active, widths, margin)
         hopeful = active & (hint > 0)  # rows a probe could teach
         if look:  # the first token's verdict is known: probe for the later ones
             hopeful &= (hint >= 2) & (control.accept[:, 0] >= self.reveal)
@@ -233,8 +243,9 @@ class Goodput:
         wait = self._wait(control)
         probing = (widths[0] == 0) & (best == 0) & (control.idle >= wait) & can_pay
         index = _forced(jnp.where(probing, 1, best), inputs, len(widths))
-        wait = jnp.where(probing, jnp.clip(2 * wait, self.probe, self.probe_max), wait)
-        wait = jnp.where(best > 0, self.probe, wait)  # drafting pays: probe again soon once not
+        first = self._first_wait(inputs.costs, widths)
+        wait = jnp.where(probing, jnp.clip(2 * wait, first, self.probe_max), wait)
+        wait = jnp.where(best > 0, first, wait)  # drafting pays: probe again soon once not
         wait = jnp.where(inputs.force == AUTO, wait, control.wait).astype(jnp.int32)
         return index, dataclasses.replace(control, wait=wait)
 
@@ -243,6 +254,17 @@ class Goodput:
         quota = jnp.maximum(self._wait(control) - control.idle, 1)
         quota = jnp.where(could_pay(inputs.costs, control.widths, self.margin), quota, unbounded)
         return jnp.where(inputs.force == AUTO, quota, unbounded).astype(jnp.int32)
+
+    def _first_wait(self, costs, widths):
+        """The wait after drafting stops: ``probe`` times what a probe costs beyond a width-0
+        step over what a fully accepted one would gain (a dear draft probes seldom)."""
+        if not self.priced:
+            return jnp.int32(self.probe)
+        w = widths[1] if len(widths) > 1 else 0
+        spend = costs[1] / costs[0] - 1.0
+        gain = (1.0 + w) * costs[0] / (costs[1] * self.margin) - 1.0
+        wait = jnp.ceil(self.probe * spend / jnp.maximum(gain, 1e-3))
+        return jnp.clip(wait, 1, self.probe_max).astype(jnp.int32)
 
     def _wait(self, control):
         """Width-0 steps before the next probe (``WidthControl.wait``; 0: none probed yet)."""

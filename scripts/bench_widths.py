@@ -342,8 +342,11 @@ def main(argv):
         smol = load_pair("smollm2")
         target, module, tok = smol.target, smol.target_module, smol.tokenizer
     records = speed_table(target, tok, n, l_len) if "speed" in parts else []
+    benchlib.release_programs()  # (between parts: all of them at once ran out of code memory)
     eagle = eagle_table(target, module, tok, n) if "eagle" in parts else []
+    benchlib.release_programs()
     traces = widths_over_time(target, module, tok, n, l_len) if "traces" in parts else {}
+    benchlib.release_programs()
     shakespeare = shakespeare_table(_SHAKESPEARE_NEW.value) if "shakespeare" in parts else []
     report = render(records, traces) if records or traces else ""
     if traces and _PLOT.value:

@@ -30,13 +30,11 @@ import itertools
 import json
 
 import benchlib  # scripts/benchlib/ (scripts run with scripts/ on sys.path)
-import jax
 from absl import app, flags
 from bench_widths import policies, prompts  # its flags serve here (--mtbench, --policies, ...)
 from benchlib.ngram_matches import match_hits
 
 from specjax.decode import DecodeConfig, generate
-from specjax.decode.seams import PROGRAMS
 from specjax.drafters import NgramDrafter
 from specjax.models import load_pair
 from specjax.sampling import SamplingParams
@@ -60,8 +58,7 @@ def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) ->
         ar = DecodeConfig("autoregressive", greedy, n)
         out["matches"] = match_hits(list(ids), generate(target, [ids], ar).tokens[0])
     for item, policy, hint in variants:
-        PROGRAMS.clear()  # (many programs: the 2-core VM's code memory runs out)
-        jax.clear_caches()
+        benchlib.release_programs()
         drafter = dataclasses.replace(ngram, hint_ngram=hint)
         for c in costs:
             cfg = DecodeConfig(
@@ -69,7 +66,7 @@ def counts(target, ids: list[int], costs: list[float], variants: list[tuple]) ->
             )
             m = generate(target, [ids], cfg, drafter, seed=0).metrics
             out["runs"][f"{item} {hint} {c}"] = {str(w): s for w, s in m.width_steps.items()}
-    PROGRAMS.clear()
+    benchlib.release_programs()
     return out
 
 

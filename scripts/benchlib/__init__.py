@@ -117,6 +117,15 @@ def write_report(text: str, path: str | None) -> None:
 # ----------------------------------------------------------------------------- timing
 
 
+def release_programs() -> None:
+    """Drops every compiled program (specjax's and jax's caches): XLA:CPU keeps each live
+    executable's machine code, and a long run of many programs runs out of it (a segfault)."""
+    from specjax.decode.seams import PROGRAMS
+
+    PROGRAMS.clear()
+    jax.clear_caches()
+
+
 def timed(fn):
     """``(fn(), seconds it took)``."""
     start = time.perf_counter()

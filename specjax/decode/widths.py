@@ -22,12 +22,13 @@ The policies:
   step takes the width with the batch's best expected goodput ``sum_b (1 + E_b[accepted | w]) /
   costs[w]`` (a drafting width must beat width 0 by :attr:`Goodput.margin` to start drafting,
   and drafting goes on while it beats width 0 times :attr:`Goodput.keep`). A width-0 step
-  shows a drafter nothing, so after :attr:`Goodput.probe` width-0 steps it tries
-  ``widths[1]`` once, and the wait doubles after each probe that does not restart drafting (to
-  :attr:`Goodput.probe_max`). A drafter with a free look at its first token (n-gram lookup)
-  learns that token's verdict at width 0 and probes only while it is likely
-  (:attr:`Goodput.reveal`). A probe is made only where it could pay: drafting must beat width 0
-  for the batch with the rows it could teach accepting their whole proposals.
+  shows a drafter nothing, so after a wait of width-0 steps (:attr:`Goodput.probe`, scaled by
+  what a probe costs over what it could gain) it tries ``widths[1]`` once, and the wait doubles
+  after each probe that does not restart drafting (to :attr:`Goodput.probe_max`). A drafter
+  with a free look at its first token (n-gram lookup) learns that token's verdict at width 0
+  and probes only while it is likely (:attr:`Goodput.reveal`). A probe is made only where it
+  could pay: drafting must beat width 0 for the batch with the rows it could teach accepting
+  their whole proposals.
 * :class:`RandomWidths` (``"random"``): a width drawn uniformly each step (exactness tests).
 * :class:`Fixed` (``"fixed"``): one width every step (``widths=()``: L, with no controller).
 
@@ -258,9 +259,9 @@ class Goodput:
     def _first_wait(self, costs, widths):
         """The wait after drafting stops: ``probe`` times what a probe costs beyond a width-0
         step over what a fully accepted one would gain (a dear draft probes seldom)."""
-        if not self.priced:
+        if not self.priced or len(widths) < 2:  # (one width: nothing to probe)
             return jnp.int32(self.probe)
-        w = widths[1] if len(widths) > 1 else 0
+        w = widths[1]
         spend = costs[1] / costs[0] - 1.0
         gain = (1.0 + w) * costs[0] / (costs[1] * self.margin) - 1.0
         wait = jnp.ceil(self.probe * spend / jnp.maximum(gain, 1e-3))

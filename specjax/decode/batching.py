@@ -429,12 +429,12 @@ class ContinuousBatch:
         return groups
 
     def _insert(
-        self, run: Run, width: int, state: DecodeState, taken, slots
+        self, run: Run, longest: int, state: DecodeState, taken, slots
     ) -> tuple[DecodeState, float]:
-        """Prefills ``taken`` requests into ``slots`` of ``run`` (for prompts of up to ``width``
-        tokens); returns the state and the seconds spent compiling."""
+        """Prefills ``taken`` requests into ``slots`` of ``run`` (for prompts of up to
+        ``longest`` tokens); returns the state and the seconds spent compiling."""
         count = len(taken)
-        width = self.buckets.prompt_length(max(len(r.prompt) for _, r in taken), width)
+        width = self.buckets.prompt_length(max(len(r.prompt) for _, r in taken), longest)
         prompts = np.zeros((count, width), np.int32)
         lengths = np.ones((count,), np.int32)
         words = np.zeros((count, 2), np.uint32)

@@ -197,9 +197,10 @@ def _counted(control: WidthControl, index: Array, active: Array) -> WidthControl
 class Goodput:
     """The default policy (module docstring); its knobs, each a field.
 
-    TODO(width-policy): a probe after a long idle run also pays a lazy draft's catch-up (on the
-    CPU the Shakespeare pair's probe costs ~6 one-token steps, not its step's 4.1), which the
-    costs do not price; ``priced`` makes such probes rare instead.
+    TODO(width-policy): a probe after ``W`` width-0 steps also pays a lazy draft's catch-up,
+    ~0.05 W one-token steps on the CPU (the draft reads what it missed). Pricing it into the wait
+    does not help, as a longer wait makes each probe dearer by as much; what would is a draft
+    that keeps up for free (a GPU's catch-up is one forward) or fewer probes per generation.
 
     Attributes:
       rate: the weight of the newest verdict in the moving average (the first few weigh

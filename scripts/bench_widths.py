@@ -190,10 +190,10 @@ def interleaved(name: str, ids: list[int], target, configs: dict, copies: int = 
     n + 1, ...: distinct programs doing the same work per token, each measuring its own width
     costs) and a round's time is the mean over its copies."""
     configs = configs | {AGAIN: configs["autoregressive"]}
+    again = lambda k: copies if k == AGAIN else 0  # (AGAIN's copies: programs of their own)
     variants = {
-        (k, j): (dataclasses.replace(c, max_new_tokens=c.max_new_tokens + j + again), d)
+        (k, j): (dataclasses.replace(c, max_new_tokens=c.max_new_tokens + j + again(k)), d)
         for k, (c, d) in configs.items()
-        for again in [copies if k == AGAIN else 0]
         for j in range(copies)
     }
     runs = {

@@ -457,13 +457,14 @@ def test_bad_chat_requests_size_and_key(sampled):
 def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
     from specjax.serve import engine as engine_module
 
-    gate = threading.Event()
+    gate, stepping = threading.Event(), threading.Event()
 
     class Gated(engine_module.Slots):
         """Decodes nothing until the client has left (a chat stream's first event, the role,
         comes before any decoding)."""
 
         def step(self, waiting, steps=None):
+            stepping.set()
             gate.wait(120)  # (the finally below opens it)
             super().step(waiting, steps)
 
@@ -488,6 +489,8 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
         response = connection.getresponse()
         assert response.status == 200
         assert response.readline().startswith(b"data: ")  # the first event (the role) came
+        # (admitted before the client leaves: a request dropped while queued never takes a slot)
+        assert stepping.wait(60)
         connection.sock.close()
         connection.close()
         deadline = time.monotonic() + 30

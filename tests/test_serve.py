@@ -454,14 +454,19 @@ def test_bad_chat_requests_size_and_key(sampled):
     connection.close()
 
 
-def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
+def test_dropped_streams_free_their_slot_and_their_place_in_the_queue(greedy, monkeypatch):
     from specjax.serve import engine as engine_module
 
-    gate, stepping = threading.Event(), threading.Event()
+    gate, stepping, admitted = threading.Event(), threading.Event(), []
 
     class Gated(engine_module.Slots):
-        """Decodes nothing until the client has left (a chat stream's first event, the role,
+        """Decodes nothing until the clients have left (a chat stream's first event, the role,
         comes before any decoding)."""
+
+        def admit(self, waiting):
+            filled = super().admit(waiting)
+            admitted.extend(filled)
+            return filled
 
         def step(self, waiting, steps=None):
             stepping.set()
@@ -469,7 +474,7 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
             super().step(waiting, steps)
 
     monkeypatch.setattr(engine_module, "Slots", Gated)
-    server, engine, _ = _start()
+    server, engine, _ = _start(slots=1)
 
     def cancelled():
         text = call(server.port, "/metrics")[2]
@@ -480,27 +485,38 @@ def test_a_dropped_stream_frees_its_slot(greedy, monkeypatch):
         ]
         return float(line[0].split()[-1]) if line else 0.0
 
-    try:
+    def stream(content):
+        """A chat stream whose first event (the role) came."""
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-        messages = [{"role": "user", "content": "drop"}]
+        messages = [{"role": "user", "content": content}]
         body = json.dumps(dict(model=MODEL, messages=messages, stream=True))
-        headers = {"Content-Type": "application/json"}
-        connection.request("POST", "/v1/chat/completions", body, headers)
+        connection.request(
+            "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
-        assert response.status == 200
-        assert response.readline().startswith(b"data: ")  # the first event (the role) came
-        # (admitted before the client leaves: a request dropped while queued never takes a slot)
-        assert stepping.wait(60)
+        assert response.status == 200 and response.readline().startswith(b"data: ")
+        return connection
+
+    def drop(connection, count):
         connection.sock.close()
         connection.close()
-        deadline = time.monotonic() + 30
-        while cancelled() == 0 and time.monotonic() < deadline:
+        while cancelled() < count and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert engine.in_flight == 1  # (still running: the client left first)
+        assert cancelled() == count
+
+    deadline = time.monotonic() + 60
+    try:
+        running = stream("runs")
+        assert stepping.wait(60)  # admitted into the one slot, its first chunk held
+        queued = stream("waits")
+        drop(queued, 1)  # (while queued)
+        drop(running, 2)  # (while running)
+        assert engine.in_flight == 2  # neither is gone before the engine's next chunk
         gate.set()
         while engine.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert engine.in_flight == 0 and cancelled() == 1
+        assert engine.in_flight == 0 and cancelled() == 2
+        assert len(admitted) == 1  # the queued one never took a slot
         ok = _client(server).completions.create(model=MODEL, prompt="after", max_tokens=4)
         assert ok.usage.completion_tokens == 4
     finally:

@@ -26,7 +26,7 @@ from absl import app, flags
 from specjax.decode import DecodeConfig
 from specjax.decode.seams import PROGRAMS, Run, prepare
 from specjax.drafters import ModelDrafter
-from specjax.models import attention, cache, load_pair
+from specjax.models import attention, attention_windows, cache, load_pair
 from specjax.sampling import SamplingParams
 
 _CAPACITIES = flags.DEFINE_string("capacities", "512,8192", "KV-cache capacities S to compare.")
@@ -69,13 +69,13 @@ class Case:
         # The program cache keys on shapes, not on this module constant read while tracing:
         # each case compiles its own (a Run keeps its executables after the cache is cleared).
         PROGRAMS.clear()
-        attention.MIN_WINDOW = batch.capacity if method == "dense" else DEFAULT_WINDOW
+        attention_windows.MIN_WINDOW = batch.capacity if method == "dense" else DEFAULT_WINDOW
         attention.CHUNK = _CHUNK.value if method in ("chunks", "rows") else 0
         cache.UNROLL_ROWS = len(batch.prompts) if method == "rows" else 0
         try:
             self.run = Run(target, drafter, batch, config, 0, None)
         finally:
-            attention.MIN_WINDOW, attention.CHUNK, cache.UNROLL_ROWS = DEFAULT_WINDOW, 0, 0
+            attention_windows.MIN_WINDOW, attention.CHUNK, cache.UNROLL_ROWS = DEFAULT_WINDOW, 0, 0
         PROGRAMS.clear()
         executable = self.run.programs.decode
         self.bytes = (executable.cost_analysis() or {}).get("bytes accessed", float("nan"))
@@ -93,7 +93,7 @@ class Case:
         ]
 
 
-DEFAULT_WINDOW = attention.MIN_WINDOW
+DEFAULT_WINDOW = attention_windows.MIN_WINDOW
 
 
 def main(argv):

@@ -16,7 +16,7 @@ from specjax import tree
 from specjax.decode import DecodeConfig, generate
 from specjax.decode.seams import PROGRAMS, compile_generation, prepare
 from specjax.drafters import ModelDrafter
-from specjax.models import Decoder, KVCache, attention
+from specjax.models import Decoder, KVCache, attention, attention_windows
 from specjax.sampling import SamplingParams
 from specjax.testing import pair, tiny_config
 
@@ -131,9 +131,9 @@ def test_the_chunks_equal_one_softmax_over_the_whole_cache(chunk):
 
 
 def test_windows():
-    assert attention.windows(64, 256) == (64,)
-    assert attention.windows(8192, 256) == (256, 512, 1024, 2048, 4096, 8192)
-    assert attention.windows(600, 256) == (256, 512, 600)
+    assert attention_windows.windows(64, 256) == (64,)
+    assert attention_windows.windows(8192, 256) == (256, 512, 1024, 2048, 4096, 8192)
+    assert attention_windows.windows(600, 256) == (256, 512, 600)
 
 
 def dense_attend(q, cache_k, cache_v, layer, lengths, new_mask, kv_mask=None, **kw):
@@ -155,7 +155,7 @@ def prefill_then_tree(model, monkeypatch, smallest, capacity, vocab, chunk=0):
     if smallest is None:
         monkeypatch.setattr(attention, "attend", dense_attend)
     else:
-        monkeypatch.setattr(attention, "MIN_WINDOW", smallest)
+        monkeypatch.setattr(attention_windows, "MIN_WINDOW", smallest)
         monkeypatch.setattr(attention, "CHUNK", chunk)
     prefill = nnx.jit(lambda m, x, c: m(x, cache=c))  # traced anew under this patch
     tree_call = nnx.jit(lambda m, x, c: m(x, cache=c, positions=positions, attn_mask=tree))
@@ -202,7 +202,7 @@ def test_greedy_tokens_do_not_depend_on_the_windows(monkeypatch, verifier, k):
     tokens = {}
     # capacity 128: windows 16 .. 128, or one; or the chunked loop over 16-slot chunks
     for smallest, chunk in ((16, 0), (1024, 0), (1024, 16)):
-        monkeypatch.setattr(attention, "MIN_WINDOW", smallest)
+        monkeypatch.setattr(attention_windows, "MIN_WINDOW", smallest)
         monkeypatch.setattr(attention, "CHUNK", chunk)
         PROGRAMS.clear()  # trace and compile anew with these windows
         jax.clear_caches()

@@ -46,7 +46,7 @@ from specjax.decode.seams import (
 )
 from specjax.drafters import ModelDrafter
 from specjax.drafters.feature import FeatureDrafter
-from specjax.models import KVCache, attention
+from specjax.models import KVCache, attention_windows
 from specjax.sampling import SamplingParams
 from specjax.testing import pair
 from tests.test_feature_drafter import random_head
@@ -104,7 +104,7 @@ def test_greedy_chain_program_has_the_decode_loop_alone(models):
     (the catch-up's conditional updates the donated cache in place)."""
     config, drafter = DecodeConfig("greedy", GREEDY, 40), model_drafter(models)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "MIN_WINDOW", 16)
+        patch.setattr(attention_windows, "MIN_WINDOW", 16)
         fresh()  # trace anew with these windows
         text = decode_text(models[0], config, drafter)
     fresh()  # later tests trace with the default windows
@@ -195,18 +195,18 @@ def test_window_index_is_comparisons():
     cache = KVCache.init(target.config, 2, 128)
     tokens = jnp.ones((2, 3), jnp.int32)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "MIN_WINDOW", 16)
+        patch.setattr(attention_windows, "MIN_WINDOW", 16)
         fresh()
         forward = jax.jit(lambda m, c: m(tokens, cache=c).logits)
         text = forward.lower(target, cache).compile().as_text()
     fresh()
     assert text.count(" conditional(") == target.config.num_layers
     assert not loops(text)
-    sizes = attention.windows(128, 16)
+    sizes = attention_windows.windows(128, 16)
     for longest in range(0, 126):
         lengths = jnp.asarray([longest, 0], jnp.int32)
         want = np.searchsorted(np.asarray(sizes[:-1]), longest + 3, side="left")
-        assert int(attention.window_index(lengths, 3, 128, 16)) == want
+        assert int(attention_windows.window_index(lengths, 3, 128, 16)) == want
 
 
 def test_verifiers_have_no_loops():

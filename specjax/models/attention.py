@@ -7,12 +7,13 @@ attended to, so a call reads only those, rounded up, and a run compiled for a lo
 ways, one compiled program for every length, nothing ``[B, T, S]`` built:
 
 * **windows** (:func:`attend_windows`, the default): one softmax over a static window of the
-  first X slots, X the smallest of a few sizes (powers of two from :data:`MIN_WINDOW` up to S)
-  that holds the longest row, chosen on device by ``lax.switch``: the live length rounded up to
-  a power of two, and inside the window the dense attention's arithmetic, so the logits are the
-  dense form's (bit for bit under ``jit`` on SmolLM2). The window's index is a sum of
-  comparisons (:func:`window_index`), computed once per forward by the decoder: no loop (a
-  ``jnp.searchsorted`` lowers to one, which on GPU splits the step's CUDA graph in every layer).
+  first X slots, X the smallest of a few sizes (powers of two from ``MIN_WINDOW`` up to S, of
+  :mod:`specjax.models.attention_windows`) that holds the longest row, chosen on device by
+  ``lax.switch``: the live length rounded up to a power of two, and inside the window the dense
+  attention's arithmetic, so the logits are the dense form's (bit for bit under ``jit`` on
+  SmolLM2). The window's index is a sum of comparisons (:func:`window_index`), computed once per
+  forward by the decoder: no loop (a ``jnp.searchsorted`` lowers to one, which on GPU splits the
+  step's CUDA graph in every layer).
 * **chunks** (:func:`attend_chunks`, with :data:`CHUNK` > 0 slots per chunk): a loop over
   the first ``ceil((max(lengths) + T) / CHUNK)`` chunks of the cache (a trip count known only on
   device), each chunk's scores merged into a running maximum, sum and weighted sum of values
@@ -41,10 +42,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from specjax.models import attention_kernels as kernels
+from specjax.models.attention_windows import scores_of, window_index, windows
 from specjax.typing import Array
-
-MIN_WINDOW = 256
-"""The smallest window: caches of at most this many slots use one window (no switch)."""
 
 CHUNK = 0
 """0: :func:`attend_windows` (the default); a positive value: :func:`attend_chunks` with this
@@ -64,34 +64,10 @@ it."""
 def set_kernel(name: str) -> str:
     """Sets :data:`KERNEL` to ``name`` (``"xla"``, ``"pallas"`` or ``"cudnn"``) after checking
     this backend can run it (one clear error if not); returns the previous value."""
-    from specjax.models import attention_kernels
-
-    attention_kernels.check(name)
+    kernels.check(name)
     global KERNEL
     previous, KERNEL = KERNEL, name
     return previous
-
-
-def windows(capacity: int, smallest: int = MIN_WINDOW) -> tuple[int, ...]:
-    """The static windows for ``capacity`` slots: ``smallest, 2 smallest, ...`` below the
-    capacity, then the capacity itself (one window when ``capacity <= smallest``)."""
-    out, w = [], smallest
-    while w < capacity:
-        out.append(w)
-        w *= 2
-    return (*out, capacity)
-
-
-def window_index(lengths: Array, t: int, capacity: int, smallest: int | None = None):
-    """int32 ``[]``: the index into :func:`windows` (``capacity``, ``smallest``: default
-    :data:`MIN_WINDOW`) of the smallest window that holds the longest row after a call of ``t``
-    new tokens (``lengths [B]`` before it), or None where there is one window. A sum of
-    comparisons, the same number ``searchsorted(sizes[:-1], needed)`` gives, without its loop."""
-    sizes = windows(capacity, MIN_WINDOW if smallest is None else smallest)
-    if len(sizes) == 1:
-        return None
-    needed = jnp.max(lengths) + t  # the longest row after this call
-    return jnp.sum(needed > jnp.asarray(sizes[:-1], jnp.int32)).astype(jnp.int32)
 
 
 def allowed_slots(lengths: Array, new_mask: Array, width: int, start: Array | int = 0) -> Array:
@@ -211,7 +187,8 @@ def attend(
         ``[B, T, size]``); it must allow no slot past ``lengths + T``.
       scale: the score scale (``head_dim ** -0.5``).
       dtype: the compute dtype of the products with keys and values.
-      smallest: :func:`attend_windows`' smallest window (default :data:`MIN_WINDOW`).
+      smallest: :func:`attend_windows`' smallest window (default
+        :data:`~specjax.models.attention_windows.MIN_WINDOW`).
       positions: int ``[B, T]`` the new tokens' positions; needed with ``window``.
       window: a sliding layer's W: a token sees only keys fewer than W positions before its
         own (counted from its own position, so a draft tree's deeper nodes see less of the
@@ -228,8 +205,6 @@ def attend(
     args = (q, cache_k, cache_v, layer, lengths, new_mask, kv_mask)
     rule = dict(positions=positions, window=window, softcap=softcap)
     if KERNEL != "xla":
-        from specjax.models import attention_kernels as kernels
-
         why = kernels.fallback(KERNEL, q, cache_k, dtype, kv_mask, window, softcap)
         if why is None:  # else the XLA path below
             kw = dict(scale=scale, dtype=dtype, smallest=smallest, positions=positions)
@@ -237,15 +212,6 @@ def attend(
     if CHUNK:
         return attend_chunks(*args, scale=scale, dtype=dtype, **rule)
     return attend_windows(*args, scale=scale, dtype=dtype, smallest=smallest, index=index, **rule)
-
-
-def scores_of(q: Array, k: Array, scale: float, softcap: float | None, dtype) -> Array:
-    """fp32 scores ``[B, G, R, T, X]`` of ``q [B, T, G, R, E]`` against ``k [B, X, G, E]``:
-    scaled, and soft-capped when ``softcap`` is set."""
-    scores = jnp.einsum("btgre,bxge->bgrtx", q, k.astype(dtype)).astype(jnp.float32) * scale
-    if softcap is not None:
-        scores = softcap * jnp.tanh(scores / softcap)
-    return scores
 
 
 def attend_windows(
@@ -266,9 +232,10 @@ def attend_windows(
     index: Array | None = None,
 ) -> Array:
     """:func:`attend` over a static window of the first X slots, chosen on device from
-    :func:`windows` (``smallest``: the smallest, default :data:`MIN_WINDOW`) by ``index``
-    (:func:`window_index`; None: computed here). Each window reads its own slice of the stacked
-    cache, so no layer's cache is an operand of the switch."""
+    :func:`windows` (``smallest``: the smallest, default
+    :data:`~specjax.models.attention_windows.MIN_WINDOW`) by ``index`` (:func:`window_index`;
+    None: computed here). Each window reads its own slice of the stacked cache, so no layer's
+    cache is an operand of the switch."""
     t = q.shape[1]
 
     def over(w: int):
@@ -283,7 +250,7 @@ def attend_windows(
 
         return run
 
-    sizes = windows(cache_k.shape[2], MIN_WINDOW if smallest is None else smallest)
+    sizes = windows(cache_k.shape[2], smallest)
     args = (q, cache_k, cache_v, lengths, new_mask, kv_mask, positions)
     if len(sizes) == 1:
         return over(sizes[0])(*args)

@@ -32,13 +32,13 @@ weighted sum of values (:class:`Part`), merged by log-sum-exp (the online softma
   - ``"cudnn"``: cuDNN's fused attention, ``jax.nn.dot_product_attention(...,
     implementation="cudnn", key_value_seq_lengths=lengths, return_residual=True)``, over the
     static window of the first X slots that holds the longest row
-    (:func:`specjax.models.attention.windows`, chosen on device). Its output is normalised and
-    its residual is the log-sum-exp: a part with maximum ``lse`` and sum 1. A GPU and bf16 or
-    fp16 only; anything else is refused with one error, not a silent fall back (which would
-    turn an A/B into XLA against XLA). The window is sliced out of the stacked cache, a copy of
-    the live window per layer and call, until the cache is kept per layer. cuDNN returns the
-    log-sum-exp in the compute dtype: bf16's rounding (~0.4%) weighs the prefix against the new
-    tokens.
+    (:func:`specjax.models.attention_windows.windows`, chosen on device). Its output is
+    normalised and its residual is the log-sum-exp: a part with maximum ``lse`` and sum 1. A
+    GPU and bf16 or fp16 only; anything else is refused with one error, not a silent fall back
+    (which would turn an A/B into XLA against XLA). The window is sliced out of the stacked
+    cache, a copy of the live window per layer and call, until the cache is kept per layer.
+    cuDNN returns the log-sum-exp in the compute dtype: bf16's rounding (~0.4%) weighs the
+    prefix against the new tokens.
 
 * **The new tokens** (and the ``"pallas"`` path's last ``S mod BLOCK_K`` slots), dense in XLA:
   ``[B, G, R, T, tail + T]`` scores, with the products of the XLA path.
@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from specjax.models import attention
+from specjax.models import attention_windows
 from specjax.typing import Array
 
 KERNELS = ("xla", "pallas", "cudnn")
@@ -334,8 +334,7 @@ def prefix_sdpa(
 
         return run
 
-    smallest = attention.MIN_WINDOW if smallest is None else smallest
-    sizes = attention.windows(cache_k.shape[2], smallest)
+    sizes = attention_windows.windows(cache_k.shape[2], smallest)
     args = (query, cache_k, cache_v, lengths)
     if len(sizes) == 1:
         out, lse = over(sizes[0])(*args)
@@ -356,7 +355,7 @@ def dense_part(q: Array, keys: Array, values: Array, mask: Array, scale: float, 
     """The slots ``keys``/``values [B, X, G, E]`` that ``mask [B, T, X]`` allows, in XLA with
     the products of :func:`~specjax.models.attention.attend_windows` (scores of the compute
     dtype in fp32, probabilities cast to it against the values)."""
-    scores = attention.scores_of(q, keys, scale, None, dtype)  # [B, G, R, T, X]
+    scores = attention_windows.scores_of(q, keys, scale, None, dtype)  # [B, G, R, T, X]
     allowed = mask[:, None, None]
     top = jnp.max(jnp.where(allowed, scores, _LOW), axis=-1)  # [B, G, R, T]
     probs = jnp.where(allowed, jnp.exp(scores - top[..., None]), 0.0)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specjax.models import attention, quant
+from specjax.models import attention, attention_windows, quant
 from specjax.models.cache import KVCache, write_slots
 from specjax.models.config import ModelConfig
 from specjax.models.rope import apply_rope, inverse_frequencies
@@ -203,7 +203,7 @@ class Attention(nnx.Module):
         lengths: Array,  # [B] committed entries before this call
         new_mask: Array,  # [B, T, T] bool: which new tokens each new token attends to
         kv_mask=None,  # a specjax.tree.LevelMask: which slots, replacing new_mask's
-        window_index: Array | None = None,  # attention.window_index, once per forward
+        window_index: Array | None = None,  # attention_windows.window_index, once per forward
     ) -> tuple[Array, Array, Array]:
         c = self.config
         dtype = c.compute_dtype
@@ -409,7 +409,7 @@ class Decoder(nnx.Module):
         x = self.embed_tokens(tokens)  # [B, T, D]
         ks, vs = cache.k, cache.v
         # Every layer reads the same window of its cache: chosen once here, not per layer.
-        index = attention.window_index(cache.lengths, t, cache.capacity)
+        index = attention_windows.window_index(cache.lengths, t, cache.capacity)
         hidden = {-1: x}  # -1: the embeddings, the input of block 0
         for i, layer in enumerate(self.layers):
             x, ks, vs = layer(x, positions, ks, vs, i, cache.lengths, attn_mask, kv_mask, index)

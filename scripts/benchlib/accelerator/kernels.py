@@ -38,7 +38,7 @@ from benchlib.verify_inputs import (
 from specjax.models import (
     KVCache,
     ModelConfig,
-    attention,
+    attention_windows,
     config,
 )
 from specjax.models.pure import PureModel
@@ -179,13 +179,13 @@ def decode_section(sec: Section, bench: Bench) -> None:
     ]
     bw = bench.copy_bandwidth()
     ctx, cap = sizes.context, sizes.capacity
-    window = next((w for w in attention.windows(cap) if w > ctx), cap)  # ctx + 1 slots live
+    window = next((w for w in attention_windows.windows(cap) if w > ctx), cap)  # ctx + 1 slots live
     sec.note(
         f"Context {ctx} tokens, KV capacity S = {cap}; floor = (weights read + KV of the "
         f"context) / copy bandwidth {bw / 1e9:.0f} GB/s. The step attends over the live window "
         "(`specjax.models.attention`): the first W slots, W the live length rounded up to a "
-        f"power of two (at least {attention.MIN_WINDOW}, at most S; here W = {window}); the "
-        "'all S slots' floor counts every slot, what a step read before the windows."
+        f"power of two (at least {attention_windows.MIN_WINDOW}, at most S; here W = {window}); "
+        "the 'all S slots' floor counts every slot, what a step read before the windows."
     )
     for label, cfg, make in decode_models(bench):
         free = device_free_bytes()

@@ -130,8 +130,8 @@ SCENARIOS = {
     "prompts 0.3 +- 0.2 (mostly losing), cost 1.65": Scenario(
         steady([0.3] * 3), (1.0, 1.65), switch=0.08, spread=0.2
     ),
-    "Shakespeare T=0 (0.67-0.99, cost 3.1, catch-up 0.03)": Scenario(
-        steady(SHAKESPEARE_T0), (1.0, 3.1), catch_up=0.03
+    "Shakespeare T=0 (0.67-0.99, cost 3.1, catch-up 0.05)": Scenario(
+        steady(SHAKESPEARE_T0), (1.0, 3.1), catch_up=0.05
     ),
     "mild loss: acceptance 0.3, cost 1.6": Scenario(steady([0.3] * 3), (1.0, 1.6), switch=0.08),
     "break-even: acceptance 0.85, cost 3.2": Scenario(steady([0.85] * 3), (1.0, 3.2), switch=0.1),
@@ -164,11 +164,11 @@ SCENARIOS = {
     "T=1 head, costs guessed (1.3 for 1.7)": Scenario(
         steady(HEAD_T1), (1.0, 1.7), given=GUESS_L3, switch=0.08, spread=0.15, soft=True
     ),
-    "T=1 Shakespeare (0.88-0.95, cost 3.2, catch-up 0.03)": Scenario(
-        steady(SHAKESPEARE_T1), (1.0, 3.2), catch_up=0.03, soft=True
+    "T=1 Shakespeare (0.88-0.95, cost 3.2, catch-up 0.05)": Scenario(
+        steady(SHAKESPEARE_T1), (1.0, 3.2), catch_up=0.05, soft=True
     ),
     "T=1 Shakespeare, costs guessed (1.4 for 3.2)": Scenario(
-        steady(SHAKESPEARE_T1), (1.0, 3.2), given=GUESS_L4, catch_up=0.03, soft=True
+        steady(SHAKESPEARE_T1), (1.0, 3.2), given=GUESS_L4, catch_up=0.05, soft=True
     ),
     "T=1 L=4, acceptance 0.88, cost 4 (drafts lose)": Scenario(
         steady([0.88] * 4), (1.0, 4.0), switch=0.1, soft=True, concentration=8.0

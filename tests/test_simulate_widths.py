@@ -40,7 +40,7 @@ def test_a_free_look_drafts_a_copy_and_soft_verdicts_run():
     assert np.sum(run["steps"][:, 1]) > 2 * np.sum(run["steps"][:, 0])
     off = sim.simulate(copy, widths.Goodput(reveal=1.01), 4, 100)  # never probes: never drafts
     assert np.all(off["steps"][:, 1] == 0)
-    soft = sim.SCENARIOS["T=1 Shakespeare (0.88-0.95, cost 3.2, catch-up 0.03)"]
+    soft = sim.SCENARIOS["T=1 Shakespeare (0.88-0.95, cost 3.2, catch-up 0.05)"]
     assert np.all(sim.simulate(soft, widths.Goodput(), 2, 50)["speed"] > 0.5)
 
 

@@ -336,10 +336,11 @@ def prefix_sdpa(
 
     sizes = attention_windows.windows(cache_k.shape[2], smallest)
     args = (query, cache_k, cache_v, lengths)
-    if len(sizes) == 1:
+    # the window that holds the committed prefix (no new tokens: t = 0)
+    index = attention_windows.window_index(lengths, 0, cache_k.shape[2], smallest)
+    if index is None:
         out, lse = over(sizes[0])(*args)
-    else:  # the window index by comparisons (no search loop)
-        index = jnp.sum(jnp.max(lengths) > jnp.asarray(sizes[:-1], jnp.int32))
+    else:
         out, lse = lax.switch(index, [over(w) for w in sizes], *args)
     some = (lengths > 0)[:, None, None, None]  # [B, 1, 1, 1]: an empty row's output is junk
     out = out.reshape(b, t, g, r, e).astype(jnp.float32)
